@@ -1,0 +1,330 @@
+"""The `kb` command line: thin commands over the kb library.
+
+Data goes to stdout, messages and progress to stderr. Exit codes: 0 fine;
+1 something refuted or drifted; 2 bad input or usage; 3 harness fault.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kb.config import Config, load_config
+from kb.render import emit_json, table
+from kb.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
+
+
+class BadInput(click.ClickException):
+    """Input files are wrong: exit 2 after listing every problem."""
+
+    exit_code = 2
+
+
+def _cfg(ctx: click.Context) -> Config:
+    return ctx.obj["cfg"]
+
+
+def _index(ctx: click.Context, force: bool = False):  # noqa: ANN202 - kb.store.Index
+    from kb.store import IndexError_, open_index
+
+    try:
+        return open_index(_cfg(ctx), force=force)
+    except IndexError_ as exc:
+        for p in exc.problems:
+            click.echo(str(p), err=True)
+        raise BadInput(f"{len(exc.problems)} problem(s) in the input files; the index was left unchanged") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", envvar="KB_DB", help="SQLite index path (default .kb/kb.db in the project).")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), envvar="KB_ROOT",
+              help="Project root holding claims/ and sources/.")
+@click.version_option(package_name="kb")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
+    """kb: a verified knowledge base of FlashAttention claims."""
+    ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Problems as JSON.")
+@click.pass_context
+def validate(ctx: click.Context, as_json: bool) -> None:
+    """Check every claim and source file; exit 2 with file:line errors."""
+    from kb.evidence import load_evidence
+    from kb.integrity import validate as run_validate
+
+    cfg = _cfg(ctx)
+    corpus = run_validate(cfg.root)
+    problems = corpus.problems + load_evidence(cfg.root)[1]
+    if as_json:
+        emit_json({"claims": len(corpus.claims), "sources": len(corpus.sources),
+                   "problems": [p.__dict__ for p in problems]})
+    else:
+        for p in problems:
+            click.echo(str(p), err=True)
+    if problems:
+        raise BadInput(f"{len(problems)} problem(s) found")
+    click.echo(f"ok: {len(corpus.claims)} claims, {len(corpus.sources)} sources", err=True)
+
+
+def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
+    if as_json:
+        emit_json(rows)
+    elif nl:
+        import json
+
+        for r in rows:
+            click.echo(json.dumps(r))
+    else:
+        click.echo(table([(r["id"], r["generation"], r["status"], r["statement"]) for r in rows],
+                         ["id", "gen", "status", "statement"]))
+        click.echo(f"{len(rows)} claim(s)", err=True)
+
+
+@cli.command()
+@click.option("--generation", "-g", type=click.Choice(GENERATIONS))
+@click.option("--topic", "-t", type=click.Choice(TOPICS))
+@click.option("--phase", type=click.Choice(PHASES))
+@click.option("--label", type=click.Choice(LABELS))
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option("--source", help="Only claims anchored in this source id.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array.")
+@click.option("--nl", is_flag=True, help="Newline-delimited JSON.")
+@click.pass_context
+def claims(ctx: click.Context, as_json: bool, nl: bool, **filters: str | None) -> None:
+    """List claims, filtered by generation, topic, phase, label, status or source."""
+    from kb.query import list_claims
+
+    _claim_rows(list_claims(_index(ctx).db, **filters), as_json, nl)
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def search(ctx: click.Context, text: str, limit: int, as_json: bool) -> None:
+    """Full-text search over claim statements."""
+    from kb.query import search as run_search
+
+    _claim_rows(run_search(_index(ctx).db, text, limit), as_json, False)
+
+
+@cli.command()
+@click.argument("claim_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
+    """One claim: statement, scope, anchors, checks, status per hardware class, evidence."""
+    from kb.query import get_claim
+
+    rec = get_claim(_index(ctx).db, claim_id)
+    if rec is None:
+        raise BadInput(f"no claim with id {claim_id!r} (try `kb search`)")
+    if as_json:
+        emit_json(rec)
+        return
+    click.echo(f"{rec['id']}  [{rec['generation']} / {rec['phase']} / {rec['label']}]  {rec['file']}:{rec['line']}")
+    click.echo(f"  {rec['statement']}")
+    scope = {k: v for k, v in rec.get("scope", {}).items() if v}
+    if scope:
+        click.echo("  scope: " + "; ".join(f"{k}={v}" for k, v in scope.items()))
+    click.echo("  topics: " + ", ".join(rec["topics"]))
+    click.echo("anchors:")
+    for a in rec["anchors"]:
+        where = a.get("path") or ""
+        if a.get("lines"):
+            where += f":{a['lines'][0]}-{a['lines'][1]}"
+        extra = a.get("heading") or a.get("sha", "")[:12] or ""
+        loc = next((f"{k} {a[k]}" for k in ("section", "figure", "table", "equation", "algorithm") if a.get(k)), "")
+        click.echo(f"  - {a['source']} {where} {extra} {loc}".rstrip())
+    click.echo("checks:" if rec.get("checks") else f"review-only: {rec.get('review')}")
+    for i, c in enumerate(rec.get("checks", [])):
+        click.echo(f"  {i}. {c['verifier']} {c.get('params', {})} expect {c.get('expect', {})}")
+    click.echo("status:")
+    for s in rec["status"]:
+        click.echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {s['reason']}")
+    if rec["runs"]:
+        click.echo("evidence:")
+        for r in rec["runs"][:10]:
+            click.echo(f"  {r['started']}  {r['hardware_class']:<22} check {r['check_index']} {r['verdict']:<12} {r['reason'][:80]}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def sources(ctx: click.Context, as_json: bool) -> None:
+    """Registered sources: papers, repositories and pins, notes, web pages, hardware."""
+    from kb.query import list_sources
+
+    rows = list_sources(_index(ctx).db)
+    if as_json:
+        emit_json(rows)
+        return
+
+    def pin(s: dict[str, Any]) -> str:
+        if s["kind"] == "paper":
+            return f"arXiv:{s['arxiv']}v{s['version']}"
+        if s["kind"] == "repo":
+            return ", ".join(f"{k}={v[:10]}" for k, v in s.get("pins", {}).items())
+        if s["kind"] == "notes":
+            return s["commit"][:12]
+        return s.get("url", "") or s.get("title", "")
+
+    click.echo(table([(s["id"], s["kind"], s["anchors"], pin(s)) for s in rows], ["id", "kind", "anchors", "pin"]))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+def hw(as_json: bool) -> None:
+    """What this machine is and which verifier kinds it can run."""
+    from kb.hw import machine
+    from kb.registry import load_all
+
+    env = machine()
+    reg = load_all()
+    can = {}
+    for kind in VERIFIER_KINDS:
+        specs = [s for s in reg.values() if s.kind == kind]
+        gpu = any(s.is_gpu for s in specs)
+        can[kind] = bool(specs) and (not gpu or bool(env["gpus"]))
+    env["can_run"] = can
+    if as_json:
+        emit_json(env)
+        return
+    click.echo(f"host      {env['host']} ({env['os']}, {env['cpu_count']} CPUs, Python {env['python']})")
+    if env["gpus"]:
+        for g in env["gpus"]:
+            click.echo(f"gpu       {g['name']} sm_{g['compute_capability']} {g['memory_mib']} MiB, driver {g['driver']}")
+    else:
+        click.echo("gpu       none (GPU checks will be reported as needs-hardware)")
+    click.echo("packages  " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
+    for kind, ok in can.items():
+        click.echo(f"{'can' if ok else 'cannot':>6} run {kind}")
+
+
+def _selected(ctx: click.Context, corpus, claim_ids, generation, topic) -> list[str]:  # noqa: ANN001
+    out = []
+    for cid, c in corpus.claims.items():
+        if claim_ids and cid not in claim_ids:
+            continue
+        if generation and c.generation != generation:
+            continue
+        if topic and topic not in c.topics:
+            continue
+        out.append(cid)
+    unknown = [c for c in claim_ids if c not in corpus.claims]
+    if unknown:
+        raise BadInput(f"no claim with id {unknown[0]!r}")
+    return out
+
+
+@cli.command()
+@click.option("--claim", "claim_ids", multiple=True, help="Claim id (repeatable).")
+@click.option("--generation", "-g", type=click.Choice(GENERATIONS))
+@click.option("--topic", "-t", type=click.Choice(TOPICS))
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(VERIFIER_KINDS))
+@click.option("--plan", "plan_only", is_flag=True, help="Show what would run and why others are skipped.")
+@click.option("--force", is_flag=True, help="Re-run checks that have current evidence.")
+@click.option("--jobs", "-j", default=2, show_default=True, help="Parallel CPU workers.")
+@click.option("--timeout", type=float, help="Per-check timeout in seconds (default: each verifier's own).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | None, topic: str | None,
+           kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
+           as_json: bool) -> None:
+    """Run the checks this machine can run; record evidence; print a summary."""
+    from kb.verify import run_verify
+
+    cfg = _cfg(ctx)
+    index = _index(ctx)
+    code = run_verify(cfg, index.db, lambda corpus: _selected(ctx, corpus, claim_ids, generation, topic),
+                      set(kinds) or None, plan_only, force, jobs, timeout, as_json)
+    ctx.exit(code)
+
+
+@cli.group()
+def evidence() -> None:
+    """Evidence records: import runs made on other machines."""
+
+
+@evidence.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def evidence_import(ctx: click.Context, files: tuple[Path, ...]) -> None:
+    """Merge evidence files (content-addressed: re-importing adds nothing)."""
+    from kb.evidence import import_files
+
+    new, dup, problems = import_files(_cfg(ctx).root, list(files))
+    for p in problems:
+        click.echo(str(p), err=True)
+    if problems:
+        raise BadInput("nothing imported: fix the files above")
+    _index(ctx)
+    click.echo(f"imported {new} new run(s); {dup} already known", err=True)
+
+
+@cli.group()
+def export() -> None:
+    """Exports: STATUS.md, the static site, the provenance graph."""
+
+
+@export.command("status")
+@click.option("--check", is_flag=True, help="Exit 1 if the committed file differs from a fresh export.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.pass_context
+def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
+    """Write STATUS.md from the knowledge base."""
+    from kb.export_status import render_status
+
+    cfg = _cfg(ctx)
+    text = render_status(_index(ctx).db)
+    out = output or cfg.root / "STATUS.md"
+    if check:
+        current = out.read_text() if out.exists() else ""
+        if current != text:
+            click.echo(f"{out} is out of date: run `kb export status`", err=True)
+            ctx.exit(1)
+        click.echo(f"{out} is up to date", err=True)
+        return
+    out.write_text(text)
+    click.echo(f"wrote {out}", err=True)
+
+
+@export.command("site")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.pass_context
+def export_site(ctx: click.Context, output: Path) -> None:
+    """Build the static site into a folder."""
+    from kb.site import build_site
+
+    start = time.perf_counter()
+    n = build_site(_index(ctx).db, _cfg(ctx), output)
+    click.echo(f"wrote {n} page(s) to {output} in {time.perf_counter() - start:.2f} s", err=True)
+
+
+@export.command("prov")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+def export_prov(ctx: click.Context, output: Path | None) -> None:
+    """The provenance graph as W3C PROV-JSON."""
+    import json
+
+    from kb.prov import prov_document
+
+    doc = prov_document(_index(ctx).db)
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    if output:
+        output.write_text(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="kb")

@@ -1,0 +1,58 @@
+"""Where things live: the project root, the database, local clones of sources."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Config:
+    """Paths and per-source settings for one kb project."""
+
+    root: Path
+    db_path: Path
+    clones: dict[str, str] = field(default_factory=dict)
+    clone_cache: Path | None = None
+
+    @property
+    def evidence_dir(self) -> Path:
+        """Where evidence records are written and read."""
+        return self.root / "evidence"
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The project root: $KB_ROOT, else the nearest folder above with claims/ and sources/."""
+    env = os.environ.get("KB_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for cand in (here, *here.parents):
+        if (cand / "claims").is_dir() and (cand / "sources").is_dir():
+            return cand
+    return Path(__file__).resolve().parent.parent
+
+
+def load_config(root: Path | None = None, db: str | None = None) -> Config:
+    """Read `kb.local.toml` (ignored by git) and the environment.
+
+    `[clones]` maps a source id to a local clone or bare git directory; the
+    environment variable KB_CLONE_<ID> (upper case, '-' as '_') overrides it.
+    """
+    root = root or find_root()
+    db_path = Path(db or os.environ.get("KB_DB") or root / ".kb" / "kb.db")
+    clones: dict[str, str] = {}
+    cache = None
+    local = root / "kb.local.toml"
+    if local.exists():
+        data = tomllib.loads(local.read_text())
+        clones.update({k: str(v) for k, v in data.get("clones", {}).items()})
+        if "clone_cache" in data:
+            cache = Path(data["clone_cache"])
+    for key, val in os.environ.items():
+        if key.startswith("KB_CLONE_"):
+            clones[key[len("KB_CLONE_"):].lower().replace("_", "-")] = val
+    cache = Path(os.environ.get("KB_CLONE_CACHE", cache or root / ".kb" / "clones"))
+    return Config(root=root, db_path=db_path, clones=clones, clone_cache=cache)

@@ -1,0 +1,87 @@
+"""Queries over the index: the library behind `kb claims`, `show`, `search`, `sources`."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import sqlite_utils
+
+CLAIM_COLUMNS = "c.id, c.statement, c.generation, c.phase, c.label, c.topics, c.file, c.line, s.status, s.reason"
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": r["id"], "statement": r["statement"], "generation": r["generation"], "phase": r["phase"],
+        "label": r["label"], "topics": json.loads(r["topics"]), "status": r["status"],
+        "status_reason": r["reason"], "file": r["file"], "line": r["line"],
+    }
+
+
+def list_claims(db: sqlite_utils.Database, generation: str | None = None, topic: str | None = None,
+                phase: str | None = None, label: str | None = None, status: str | None = None,
+                source: str | None = None) -> list[dict[str, Any]]:
+    """Claims matching every given filter, ordered by id."""
+    where, args = [], []
+    for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status)):
+        if val:
+            where.append(f"{col} = ?")
+            args.append(val)
+    if topic:
+        where.append("c.id IN (SELECT claim_id FROM claim_topics WHERE topic = ?)")
+        args.append(topic)
+    if source:
+        where.append("c.id IN (SELECT claim_id FROM anchors WHERE source = ?)")
+        args.append(source)
+    sql = (f"SELECT {CLAIM_COLUMNS} FROM claims c LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'"
+           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id")
+    return [_row(r) for r in db.query(sql, args)]
+
+
+def search(db: sqlite_utils.Database, text: str, limit: int = 50) -> list[dict[str, Any]]:
+    """Full-text search over id, statement and review reason (FTS5, porter stemming)."""
+    terms = [t for t in re.findall(r"[\w.-]+", text) if t]
+    if not terms:
+        return []
+    # Quote each term so FTS syntax characters in user input ('-', ':', '.') are literal.
+    match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    sql = (f"SELECT {CLAIM_COLUMNS} FROM claims_fts f JOIN claims c ON c.rowid = f.rowid "
+           "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*' "
+           "WHERE claims_fts MATCH ? ORDER BY bm25(claims_fts) LIMIT ?")
+    return [_row(r) for r in db.query(sql, [match, limit])]
+
+
+def get_claim(db: sqlite_utils.Database, claim_id: str) -> dict[str, Any] | None:
+    """One claim with its statuses per hardware class and its evidence history."""
+    rows = list(db.query("SELECT * FROM claims WHERE id = ?", [claim_id]))
+    if not rows:
+        return None
+    r = rows[0]
+    out = json.loads(r["json"])
+    out["file"], out["line"] = r["file"], r["line"]
+    out["status"] = [
+        {k: (json.loads(v) if k == "run_ids" else v) for k, v in s.items() if k != "claim_id"}
+        for s in db.query("SELECT * FROM status WHERE claim_id = ? ORDER BY hardware_class", [claim_id])
+    ]
+    out["runs"] = [json.loads(x["json"]) for x in
+                   db.query("SELECT json FROM runs WHERE claim_id = ? ORDER BY started DESC", [claim_id])]
+    return out
+
+
+def list_sources(db: sqlite_utils.Database) -> list[dict[str, Any]]:
+    """Every registered source with how many anchors cite it."""
+    sql = ("SELECT s.id, s.kind, s.title, s.json, (SELECT count(*) FROM anchors a WHERE a.source = s.id) AS anchors "
+           "FROM sources s ORDER BY s.kind, s.id")
+    out = []
+    for r in db.query(sql):
+        rec = json.loads(r["json"])
+        rec["anchors"] = r["anchors"]
+        out.append(rec)
+    return out
+
+
+def status_counts(db: sqlite_utils.Database) -> dict[str, int]:
+    """Overall status -> number of claims."""
+    return {r["status"]: r["n"] for r in
+            db.query("SELECT status, count(*) AS n FROM status WHERE hardware_class = '*' GROUP BY status")}

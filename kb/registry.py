@@ -1,0 +1,134 @@
+"""The verifier registry: ids, kinds, requirements, parameters and code hashes.
+
+Verifier modules live in the top-level `verifiers/` package and register with
+the `verifier` decorator. Importing them must not import torch: the heavy
+imports happen inside the functions, in the worker process that runs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kb.vocab import VerifierKind
+
+
+class Params(BaseModel):
+    """Base for verifier parameters: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a machine must have for a verifier to run there."""
+
+    cuda: bool = False
+    min_cc: int | None = None  # compute capability as 80, 90, 100
+    max_cc: int | None = None
+    packages: tuple[str, ...] = ()
+    min_gpu_memory_gb: float = 0.0
+    git_source: bool = False  # needs a local clone of the anchored repository
+
+    def describe(self) -> str:
+        """Human text such as 'CUDA sm_90..sm_90, package flash_attn'."""
+        parts = []
+        if self.cuda:
+            cc = "CUDA"
+            if self.min_cc is not None or self.max_cc is not None:
+                lo = f"sm_{self.min_cc}" if self.min_cc else ""
+                hi = f"sm_{self.max_cc}" if self.max_cc else ""
+                cc += f" {lo}" if lo == hi else f" {lo or 'any'}..{hi or 'newer'}"
+            parts.append(cc)
+        parts += [f"package {p}" for p in self.packages]
+        if self.git_source:
+            parts.append("a local clone of the cited repository")
+        return ", ".join(parts) or "nothing"
+
+
+@dataclass
+class Outcome:
+    """What a verifier returns: measurements, and optionally its own verdict."""
+
+    measurements: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    verdict: str | None = None
+    reason: str | None = None
+    log: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What a verifier may consult besides its parameters."""
+
+    claim: dict[str, Any]
+    expect: dict[str, Any]
+    sources: dict[str, dict[str, Any]]
+    clones: dict[str, str]
+    hardware: dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class VerifierSpec:
+    """One registered verifier."""
+
+    id: str
+    kind: VerifierKind
+    func: Callable[[Any, Context], Outcome]
+    params: type[Params]
+    requires: Requirements
+    timeout_s: float
+    version: str | None
+    doc: str
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether this verifier needs a GPU."""
+        return self.requires.cuda
+
+    def code_hash(self) -> str:
+        """Hash of the verifier's code (or its pinned version): old evidence goes stale when it changes."""
+        if self.version:
+            return f"v:{self.version}"
+        body = inspect.getsource(self.func) + inspect.getsource(self.params)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+_REGISTRY: dict[str, VerifierSpec] = {}
+
+
+def verifier(
+    id: str,
+    kind: VerifierKind,
+    params: type[Params],
+    requires: Requirements | None = None,
+    timeout_s: float = 60.0,
+    version: str | None = None,
+) -> Callable[[Callable[[Any, Context], Outcome]], Callable[[Any, Context], Outcome]]:
+    """Register a function as the verifier `id`."""
+
+    def wrap(func: Callable[[Any, Context], Outcome]) -> Callable[[Any, Context], Outcome]:
+        if id in _REGISTRY and _REGISTRY[id].func.__qualname__ != func.__qualname__:
+            raise RuntimeError(f"verifier id {id!r} registered twice")
+        _REGISTRY[id] = VerifierSpec(
+            id, kind, func, params, requires or Requirements(), timeout_s, version, inspect.getdoc(func) or ""
+        )
+        return func
+
+    return wrap
+
+
+def load_all() -> dict[str, VerifierSpec]:
+    """Import every module of the `verifiers` package and return the registry."""
+    if not _REGISTRY:
+        pkg = importlib.import_module("verifiers")
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"verifiers.{mod.name}")
+    return _REGISTRY

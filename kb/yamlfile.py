@@ -1,0 +1,119 @@
+"""YAML reading that remembers where every value came from.
+
+Mappings load as `LineDict` and sequences as `LineList`; both carry the line
+of each key or item, so a validation error deep in a record can be reported
+as `file:line`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class LineDict(dict):
+    """A dict that knows the line of itself and of each key."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+
+class LineList(list):
+    """A list that knows the line of itself and of each item."""
+
+    line: int = 0
+    item_lines: list[int]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input, located as precisely as known."""
+
+    path: str
+    line: int
+    message: str
+    claim_id: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        who = f" claim {self.claim_id}" if self.claim_id else ""
+        what = f" field {self.field}:" if self.field else ""
+        return f"{where}:{who}{what} {self.message}".replace(":  ", ": ")
+
+
+class _Loader(yaml.SafeLoader):
+    duplicate_keys: list[tuple[int, str]]
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    out = LineDict()
+    out.line = node.start_mark.line + 1
+    out.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in out:
+            loader.duplicate_keys.append((key_node.start_mark.line + 1, str(key)))
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
+    out = LineList(loader.construct_object(child, deep=True) for child in node.value)
+    out.line = node.start_mark.line + 1
+    out.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+# Dates stay strings: a claim's "2026-07-22" is text, and pydantic parses dates where wanted.
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
+    """Parse one YAML file; returns (data, problems). Data is None on failure."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return None, [Problem(display, line, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")]
+    if not text.strip():
+        return None, [Problem(display, 1, "is empty; expected a mapping with a top-level list")]
+    loader = _Loader(text)
+    loader.duplicate_keys = []
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark else 0
+        problem = getattr(exc, "problem", None) or str(exc)
+        return None, [Problem(display, line, f"is not valid YAML: {problem}")]
+    finally:
+        loader.dispose()
+    problems = [Problem(display, ln, f"key {key!r} appears twice in one mapping") for ln, key in loader.duplicate_keys]
+    return data, problems
+
+
+def line_of(data: Any, loc: tuple[Any, ...]) -> int:
+    """Best line for a pydantic error location inside `data`."""
+    line = getattr(data, "line", 0)
+    node = data
+    for part in loc:
+        if isinstance(node, LineDict) and part in node:
+            line = node.key_lines.get(part, line)
+            node = node[part]
+        elif isinstance(node, LineList) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.item_lines[part]
+            node = node[part]
+        else:
+            break
+    return line
