@@ -28,7 +28,7 @@ def _cfg(ctx: click.Context) -> Config:
     return ctx.obj["cfg"]
 
 
-def _index(ctx: click.Context, force: bool = False):  # noqa: ANN202 - kb.store.Index
+def _index(ctx: click.Context, force: bool = False):
     from kb.store import IndexError_, open_index
 
     try:
@@ -208,7 +208,7 @@ def hw(as_json: bool) -> None:
         click.echo(f"{'can' if ok else 'cannot':>6} run {kind}")
 
 
-def _selected(ctx: click.Context, corpus, claim_ids, generation, topic) -> list[str]:  # noqa: ANN001
+def _selected(ctx: click.Context, corpus, claim_ids, generation, topic) -> list[str]:
     out = []
     for cid, c in corpus.claims.items():
         if claim_ids and cid not in claim_ids:
@@ -323,6 +323,20 @@ def export_prov(ctx: click.Context, output: Path | None) -> None:
         output.write_text(text + "\n")
     else:
         sys.stdout.write(text + "\n")
+
+
+@cli.command()
+@click.option("--offline", is_flag=True, help="Use only local clones and caches; say what could not be checked.")
+@click.option("--backend", type=click.Choice(["git", "http"]), default="git", show_default=True,
+              help="How repositories are compared: local clone cache (git) or GitHub's REST API (http).")
+@click.option("--ref", default=None, help="Compare pins against this ref instead of each repository's default head.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, as_json: bool) -> None:
+    """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check)."""
+    from kb.audit import run_audit
+
+    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, ref=ref, as_json=as_json))
 
 
 def main() -> None:

@@ -115,7 +115,7 @@ def _relation_problems(corpus: Corpus) -> list[Problem]:
                 stack.pop()
                 path.pop()
             elif colour.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
+                cycle = [*path[path.index(nxt):], nxt]
                 out.append(_claim_problem(corpus, corpus.claims[nxt], ("depends_on",),
                                           "relations form a cycle: " + " -> ".join(cycle)))
             elif not colour.get(nxt):
@@ -140,7 +140,7 @@ def check_integrity(corpus: Corpus) -> list[Problem]:
     return out
 
 
-def validate(root) -> Corpus:  # noqa: ANN001 - Path-like
+def validate(root) -> Corpus:
     """Load the corpus and add integrity problems to it."""
     from kb.loader import load_corpus
 

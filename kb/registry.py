@@ -101,6 +101,26 @@ class VerifierSpec:
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
+def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements:
+    """A check's requirements: the verifier's, narrowed by its parameters.
+
+    GPU checks may name the architecture they are about (`min_cc`/`max_cc`, e.g.
+    100 for Blackwell) and the implementation (`impl: fa4` needs flash_attn).
+    """
+    req = spec.requires
+    if not req.cuda:
+        return req
+    pkgs = req.packages + (("flash_attn",) if params.get("impl") == "fa4" else ())
+    return Requirements(
+        cuda=True,
+        min_cc=params.get("min_cc", req.min_cc),
+        max_cc=params.get("max_cc", req.max_cc),
+        packages=pkgs,
+        min_gpu_memory_gb=req.min_gpu_memory_gb,
+        git_source=req.git_source,
+    )
+
+
 _REGISTRY: dict[str, VerifierSpec] = {}
 
 

@@ -28,7 +28,7 @@ from kb.config import Config
 from kb.hw import gpu_class, gpus, machine
 from kb.loader import Corpus
 from kb.models import Claim, Measurement, Run
-from kb.registry import VerifierSpec
+from kb.registry import VerifierSpec, requirements_for
 from kb.status import CPU_CLASS
 
 
@@ -75,7 +75,7 @@ def clone_paths(cfg: Config, corpus: Corpus) -> dict[str, str]:
 
 
 def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clones: dict[str, str]) -> str | None:
-    req = spec.requires
+    req = requirements_for(spec, check_params)
     if req.cuda:
         g = gpus()
         if not g:

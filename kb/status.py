@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from kb.models import Claim, Run, Status
-from kb.registry import VerifierSpec
+from kb.registry import VerifierSpec, requirements_for
 
 CPU_CLASS = "cpu"
 ANY_CLASS = "*"
@@ -73,7 +73,8 @@ def derive(
             spec = registry.get(claim.checks[i].verifier)
             if spec is not None and spec.is_gpu:
                 pending.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="needs-hardware",
-                                      reason=f"check {i} ({spec.id}) needs {spec.requires.describe()}"))
+                                      reason=f"check {i} ({spec.id}) needs "
+                                      f"{requirements_for(spec, claim.checks[i].params).describe()}"))
             else:
                 pending.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="unverified",
                                       reason=f"check {i} ({claim.checks[i].verifier}) has not run"))

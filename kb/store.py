@@ -117,7 +117,7 @@ def open_db(path: Path) -> sqlite_utils.Database:
 def _meta(db: sqlite_utils.Database, key: str) -> str | None:
     try:
         return db["meta"].get(key)["value"]
-    except Exception:  # noqa: BLE001 - NotFoundError: never indexed
+    except Exception:
         return None
 
 

@@ -108,4 +108,4 @@ def run_verify(cfg: Config, db: sqlite_utils.Database, select: Callable[[Corpus]
     return 1 if summary["refuted"] else 0
 
 
-__all__ = ["run_verify", "json"]
+__all__ = ["json", "run_verify"]

@@ -59,7 +59,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             "measurements": {k: {"value": _jsonable(v), "unit": u} for k, (v, u) in outcome.measurements.items()},
             "log": outcome.log[-4000:], "environment": _jsonable(outcome.environment),
         }
-    except Exception as exc:  # noqa: BLE001 - any verifier failure is a harness error, not evidence
+    except Exception as exc:
         text = "".join(traceback.format_exception(exc))
         restart = "CUDA" in text or "cuda" in type(exc).__name__.lower()
         result = {"verdict": "error", "reason": f"{type(exc).__name__}: {str(exc)[:300]}",

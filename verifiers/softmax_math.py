@@ -21,7 +21,7 @@ class RowParams(Params):
     seed: int = 0
 
 
-def _inputs(p: RowParams):  # noqa: ANN202 - torch tensors
+def _inputs(p: RowParams):
     import torch
 
     g = torch.Generator().manual_seed(p.seed)
@@ -32,7 +32,7 @@ def _inputs(p: RowParams):  # noqa: ANN202 - torch tensors
     return s, v
 
 
-def online_softmax_pv(s, v, block: int, normalize_each_step: bool = False):  # noqa: ANN001, ANN201
+def online_softmax_pv(s, v, block: int, normalize_each_step: bool = False):
     """Stream K-tiles of scores through the running (max, sum, acc) state.
 
     Starts from m = -inf, l = 0, acc = 0. A tile whose scores are all -inf leaves
@@ -57,13 +57,13 @@ def online_softmax_pv(s, v, block: int, normalize_each_step: bool = False):  # n
             acc = (acc * alpha * l + p @ v[j : j + block]) / safe
         else:
             acc = acc * alpha + p @ v[j : j + block]
-        m, l = m_new, l_new
+        m, l = m_new, l_new  # noqa: E741
     if not normalize_each_step:
         acc = acc / torch.where(l == 0, torch.ones_like(l), l)
     return acc, m, l
 
 
-def dense_reference(s, v):  # noqa: ANN001, ANN201
+def dense_reference(s, v):
     """softmax(s) @ v, with fully masked rows defined as 0."""
     import torch
 

@@ -27,14 +27,14 @@ class TiledParams(Params):
     seed: int = 0
 
 
-def _problem(p: TiledParams):  # noqa: ANN202
+def _problem(p: TiledParams):
     import torch
 
     g = torch.Generator().manual_seed(p.seed)
     return [torch.randn(p.n, p.d, generator=g, dtype=torch.float64) for _ in range(4)]
 
 
-def _mask(i0: int, i1: int, j0: int, j1: int, causal: bool):  # noqa: ANN202
+def _mask(i0: int, i1: int, j0: int, j1: int, causal: bool):
     import torch
 
     if not causal:
@@ -49,7 +49,7 @@ def _skip(i1: int, j0: int, causal: bool) -> bool:
     return causal and j0 > i1 - 1
 
 
-def forward_fa1(q, k, v, p: TiledParams):  # noqa: ANN001, ANN201
+def forward_fa1(q, k, v, p: TiledParams):
     """Outer loop over K/V tiles; O, l, m live in 'HBM' and are rewritten per step."""
     import torch
 
@@ -79,7 +79,7 @@ def forward_fa1(q, k, v, p: TiledParams):  # noqa: ANN001, ANN201
     return o, m + torch.log(l)
 
 
-def forward_fa2(q, k, v, p: TiledParams):  # noqa: ANN001, ANN201
+def forward_fa2(q, k, v, p: TiledParams):
     """One Q tile per owner; inner loop over K/V tiles; normalise once; keep LSE."""
     import torch
 
@@ -110,7 +110,7 @@ def forward_fa2(q, k, v, p: TiledParams):  # noqa: ANN001, ANN201
     return o, lse
 
 
-def backward_tiled(q, k, v, do, o, lse, p: TiledParams):  # noqa: ANN001, ANN201
+def backward_tiled(q, k, v, do, o, lse, p: TiledParams):
     """K/V tiles outside, Q tiles inside; dK/dV owned per K tile, dQ added across K tiles."""
     import torch
 
@@ -137,7 +137,7 @@ def backward_tiled(q, k, v, do, o, lse, p: TiledParams):  # noqa: ANN001, ANN201
     return dq, dk, dv
 
 
-def _dense(q, k, v, causal: bool):  # noqa: ANN001, ANN202
+def _dense(q, k, v, causal: bool):
     import torch
 
     s = q @ k.T * q.shape[1] ** -0.5

@@ -1,0 +1,58 @@
+"""GPU negative controls: a false expectation must come out `refutes` for every GPU verifier kind.
+
+Runs only where a CUDA GPU is present (the H200 run); on a CPU machine it is
+skipped with the reason, and the plan test below checks that the same claims
+are reported as needing hardware instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kb.hw import gpus
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "gpu-negative" / "claims"
+
+
+def _project(tmp_path: Path) -> Path:
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "sources", proj / "sources")
+    shutil.copytree(FIXTURE, proj / "claims")
+    shutil.copytree(ROOT / "verifiers", proj / "verifiers")
+    return proj
+
+
+def _kb(proj: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KB_ROOT": str(proj), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "kb", *args], capture_output=True, text=True, env=env, timeout=900)
+
+
+@pytest.mark.skipif(not gpus(), reason="needs a CUDA GPU (nvidia-smi reports none)")
+def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    res = _kb(proj, "verify", "--json")
+    summary = json.loads(res.stdout)
+    kinds = {"neg.gpu.bitwise-repeat", "neg.gpu.profile", "neg.gpu.kernel-run", "neg.gpu.benchmark"}
+    assert set(summary["refuted"]) == kinds, (summary, res.stderr[-2000:])
+    assert summary["errors"] == []
+
+
+def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    env_no_gpu = {"KB_FAKE_NO_GPU": "1"}
+    os.environ.update(env_no_gpu)
+    try:
+        res = _kb(proj, "verify", "--plan", "--json")
+    finally:
+        os.environ.pop("KB_FAKE_NO_GPU")
+    rows = json.loads(res.stdout)
+    assert len(rows) == 4
+    assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows

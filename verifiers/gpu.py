@@ -1,0 +1,303 @@
+"""GPU verifiers: kernel run, profile, repeated bitwise execution, benchmark.
+
+Generic: one verifier serves many claims through parameters (implementation,
+shape, mode). Every result records versions and the resolved kernel names,
+so a verdict is tied to the implementation that produced it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Literal
+
+from kb.expect import judge
+from kb.models import Comparison
+from kb.registry import Context, Outcome, Requirements, verifier
+from verifiers.gpu_common_params import AttnParams
+
+GPU = Requirements(cuda=True, min_cc=80)
+
+
+def _common():
+    from verifiers import gpu_common
+
+    return gpu_common
+
+
+def _env(kernels: list[str]) -> dict[str, Any]:
+    g = _common()
+    return {**g.versions(), "kernels": sorted(set(kernels))[:20]}
+
+
+def _resolved(p: AttnParams) -> list[str]:
+    """Kernel names one forward+backward of this configuration launches (recorded with every verdict)."""
+    g = _common()
+    x = g.make_inputs(p)
+    g.forward_backward(p, x)  # warm-up / JIT outside the trace
+    return [k["name"] for k in g.kernel_trace(lambda: g.forward_backward(p, x))]
+
+
+class RepeatParams(AttnParams):
+    """Repeats and which tensors to digest."""
+
+    repeats: int = 20
+    tensors: list[Literal["o", "lse", "dq", "dk", "dv"]] = ["o", "dq", "dk", "dv"]
+    forward_only: bool = False
+
+
+@verifier("gpu.bitwise-repeat", kind="gpu-bitwise-repeat", params=RepeatParams, requires=GPU, timeout_s=300)
+def bitwise_repeat(p: RepeatParams, ctx: Context) -> Outcome:
+    """Run the same inputs N times; count distinct digests per tensor and locate the first difference.
+
+    Seeing no difference in N runs cannot prove nondeterminism absent: when a
+    claim expects differences and none appear, the verdict is inconclusive.
+    """
+    import torch
+
+    g = _common()
+    g.set_deterministic(p)
+    x = g.make_inputs(p, requires_grad=not p.forward_only)
+    digests: dict[str, list[str]] = {t: [] for t in p.tensors}
+    first: dict[str, Any] = {}
+    ref: dict[str, Any] = {}
+    kernels = [k["name"] for k in g.kernel_trace(lambda: g.forward_backward(p, x) if not p.forward_only
+                                                 else g.forward(p, x))]
+    for _ in range(p.repeats):
+        if p.forward_only:
+            with torch.no_grad():
+                o, lse = g.forward(p, x)
+            res = {"o": o, "lse": lse}
+        else:
+            res = g.forward_backward(p, x)
+        for t in p.tensors:
+            if res.get(t) is None:
+                continue
+            digests[t].append(g.digest(res[t]))
+            if t not in ref:
+                ref[t] = res[t].clone()
+            elif t not in first and not torch.equal(ref[t], res[t]):
+                diff = (ref[t] != res[t]).nonzero()[0].tolist()
+                first[t] = {"index": diff, "a": float(ref[t][tuple(diff)]), "b": float(res[t][tuple(diff)])}
+    torch.use_deterministic_algorithms(False)
+    meas: dict[str, tuple[Any, str]] = {f"distinct_{t}": (len(set(d)), "digests") for t, d in digests.items() if d}
+    meas["repeats"] = (p.repeats, "runs")
+    out = Outcome(measurements=meas, environment=_env(kernels),
+                  log=f"first differences: {first}" if first else "all repeats bitwise identical")
+    expect = {k: Comparison.model_validate(v) for k, v in ctx.expect.items()}
+    verdict, reason = judge({k: v[0] for k, v in meas.items()}, expect)
+    failing = [k for k, c in expect.items() if not _ok(meas.get(k, (None,))[0], c)]
+    if verdict == "refutes" and failing and all(k.startswith("distinct_") and (expect[k].at_least or 0) >= 2
+                                                 for k in failing):
+        verdict = "inconclusive"
+        reason = f"no bitwise difference seen in {p.repeats} repeats ({reason}); absence in finite runs is not proof"
+    out.verdict, out.reason = verdict, reason
+    return out
+
+
+def _ok(value: Any, rule: Comparison) -> bool:
+    from kb.expect import compare
+
+    return value is not None and compare(value, rule)[0]
+
+
+class ProfileParams(AttnParams):
+    """Which pass to profile, which kernel to describe, which names must appear."""
+
+    phase: Literal["forward", "backward", "both"] = "forward"
+    kernel_filter: list[str] = []
+    focus: str | None = None
+    focus_longest: bool = False
+    names: list[str] = []
+
+
+@verifier("gpu.profile", kind="gpu-profile", params=ProfileParams, requires=GPU, timeout_s=300)
+def profile(p: ProfileParams, ctx: Context) -> Outcome:
+    """Kernel sequence with grid, block, registers and shared memory, from torch.profiler."""
+    import torch
+
+    g = _common()
+    g.set_deterministic(p)
+    x = g.make_inputs(p, requires_grad=p.phase != "forward")
+    if p.phase == "forward":
+        def fn() -> None:
+            with torch.no_grad():
+                g.forward(p, x)
+    elif p.phase == "both":
+        def fn() -> None:
+            g.forward_backward(p, x)
+    else:
+        o, _ = g.forward(p, x)
+
+        def fn() -> None:
+            o.backward(x["do"], retain_graph=True)
+    fn()  # warm-up: JIT compilation and autotuning stay out of the trace
+    trace = g.kernel_trace(fn)
+    torch.use_deterministic_algorithms(False)
+    sel = [k for k in trace if not p.kernel_filter or any(f in k["name"] for f in p.kernel_filter)]
+    names = [k["name"] for k in sel]
+    meas: dict[str, tuple[Any, str]] = {
+        "n_kernels": (len(sel), "launches"),
+        "all_names_found": (all(any(n in k for k in names) for n in p.names), ""),
+    }
+    if p.focus_longest and sel:
+        focus = max(sel, key=lambda k: k["dur_us"] or 0)
+    else:
+        focus = next((k for k in sel if p.focus and p.focus in k["name"]), sel[0] if sel and not p.focus else None)
+    if focus:
+        meas["focus_name"] = (focus["name"][:200], "")
+    if focus:
+        grid, block = focus["grid"] or [0, 0, 0], focus["block"] or [0, 0, 0]
+        meas.update({
+            "grid_x": (grid[0], ""), "grid_y": (grid[1], ""), "grid_z": (grid[2], ""),
+            "ctas": (math.prod(grid), "CTAs"), "block_threads": (math.prod(block), "threads"),
+            "registers": (focus["registers"], "per thread"), "smem_bytes": (focus["smem"], "bytes"),
+        })
+    log = "\n".join(f"{k['name'][:140]} grid={k['grid']} block={k['block']} regs={k['registers']} smem={k['smem']}"
+                    for k in trace)
+    return Outcome(measurements=meas, environment=_env(names), log=log)
+
+
+class RunParams(AttnParams):
+    """Tolerance rule: kernel error at most `factor` times the same-precision PyTorch error, plus atol."""
+
+    factor: float = 2.0
+    atol: float = 1e-5
+    phase: Literal["forward", "both"] = "both"
+
+
+@verifier("gpu.kernel-run", kind="gpu-kernel-run", params=RunParams, requires=GPU, timeout_s=300)
+def kernel_run(p: RunParams, ctx: Context) -> Outcome:
+    """Outputs (and gradients) against an fp64 reference, judged relative to PyTorch's own error."""
+    import torch
+
+    g = _common()
+    g.set_deterministic(p)
+    x = g.make_inputs(p)
+    res = g.forward_backward(p, x) if p.phase == "both" else {"o": g.forward(p, x)[0]}
+
+    def reference(dtype: Any) -> dict[str, Any]:
+        q, k, v = (x[n].detach().to(dtype).transpose(1, 2).requires_grad_() for n in ("q", "k", "v"))
+        hk, h = k.shape[1], q.shape[1]
+        kk, vv = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+        s = (q @ kk.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if p.causal:
+            n, m = s.shape[-2], s.shape[-1]
+            s = s.masked_fill(torch.ones(n, m, dtype=torch.bool, device="cuda").triu(m - n + 1), float("-inf"))
+        o = torch.softmax(s, -1) @ vv
+        out = {"o": o.transpose(1, 2)}
+        if p.phase == "both":
+            o.backward(x["do"].to(dtype).transpose(1, 2))
+            out.update({"dq": q.grad.transpose(1, 2), "dk": k.grad.transpose(1, 2), "dv": v.grad.transpose(1, 2)})
+        return out
+
+    ref = reference(torch.float64)
+    low = reference(getattr(torch, p.dtype))
+    worst = 0.0
+    lines = []
+    for t in res:
+        if t not in ref or res[t] is None:
+            continue
+        e_k = float((res[t].double() - ref[t]).abs().max())
+        e_t = float((low[t].double() - ref[t]).abs().max())
+        ratio = e_k / (p.factor * e_t + p.atol)
+        worst = max(worst, ratio)
+        lines.append(f"{t}: kernel err {e_k:.3e}, torch {p.dtype} err {e_t:.3e}, ratio to bound {ratio:.3f}")
+    return Outcome(measurements={"bound_ratio": (worst, "of allowed error")}, log="\n".join(lines),
+                   environment=_env(_resolved(p)))
+
+
+class BenchParams(AttnParams):
+    """What to time and how to compare."""
+
+    metric: Literal["tflops", "time_ratio", "memory_exponent"] = "tflops"
+    phase: Literal["forward", "backward", "both"] = "forward"
+    other: dict[str, Any] = {}
+    seqlens: list[int] = [2048, 4096]
+    peak_gpu: str = "H200"
+
+
+def _flops(p: AttnParams, phase: str) -> float:
+    sk = p.seqlen_k or p.seqlen_q
+    f = 4.0 * p.batch * p.heads * p.seqlen_q * sk * p.head_dim
+    if p.causal:
+        f /= 2
+    return f * {"forward": 1.0, "backward": 2.5, "both": 3.5}[phase]
+
+
+def _time_ms(p: AttnParams, phase: str) -> list[float]:
+    import torch
+
+    g = _common()
+    x = g.make_inputs(p, requires_grad=phase != "forward")
+    if phase == "forward":
+        def fn() -> None:
+            with torch.no_grad():
+                g.forward(p, x)
+    elif phase == "both":
+        def fn() -> None:
+            g.forward_backward(p, x)
+    else:
+        o, _ = g.forward(p, x)
+
+        def fn() -> None:
+            o.backward(x["do"], retain_graph=True)
+    try:
+        from triton.testing import do_bench
+
+        q = do_bench(fn, warmup=25, rep=200, quantiles=[0.5, 0.2, 0.8])
+        return [float(v) for v in q]
+    except ImportError:
+        fn()
+        times = []
+        cache = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+        for _ in range(30):
+            cache.zero_()  # flush L2 between timed runs
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        qs = statistics.quantiles(times, n=10)
+        return [statistics.median(times), qs[1], qs[7]]
+
+
+@verifier("gpu.benchmark", kind="gpu-benchmark", params=BenchParams, requires=GPU, timeout_s=300)
+def benchmark(p: BenchParams, ctx: Context) -> Outcome:
+    """TFLOP/s, a time ratio against a second configuration, or memory growth with sequence length."""
+    import torch
+
+    method = "triton.testing.do_bench (warm-up 25 ms, rep 200 ms, L2 flushed each run), median [p20, p80]"
+    if p.metric == "tflops":
+        med, lo, hi = _time_ms(p, p.phase)
+        tf = _flops(p, p.phase) / (med * 1e-3) / 1e12
+        peak = ctx.hardware.get(p.peak_gpu, {}).get("peak_bf16_dense_tflops")
+        meas = {"tflops": (round(tf, 1), "TFLOP/s"), "ms_median": (med, "ms"), "ms_p20": (lo, "ms"),
+                "ms_p80": (hi, "ms")}
+        if peak:
+            meas["util_vs_peak"] = (round(tf / peak, 3), f"of {p.peak_gpu} dense bf16 peak")
+        return Outcome(measurements=meas, log=method, environment=_env(_resolved(p)))
+    if p.metric == "time_ratio":
+        a = _time_ms(p, p.phase)[0]
+        other = AttnParams.model_validate({**p.model_dump(include=set(AttnParams.model_fields)), **p.other})
+        b = _time_ms(other, p.phase)[0]
+        return Outcome(measurements={"time_ratio": (a / b, "this / other"), "ms_this": (a, "ms"), "ms_other": (b, "ms")},
+                       log=f"{method}; other = {p.other}", environment=_env(_resolved(p) + _resolved(other)))
+    g = _common()
+    peaks = []
+    for n in p.seqlens:
+        q = AttnParams.model_validate({**p.model_dump(include=set(AttnParams.model_fields)), "seqlen_q": n})
+        x = g.make_inputs(q)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        g.forward_backward(q, x)
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        del x
+        torch.cuda.empty_cache()
+    expo = math.log(peaks[-1] / peaks[0]) / math.log(p.seqlens[-1] / p.seqlens[0])
+    return Outcome(measurements={"memory_exponent": (round(expo, 3), "d log(bytes) / d log(N)"),
+                                 "peak_extra_bytes": (peaks, "bytes")},
+                   log=f"peak bytes above inputs at N={p.seqlens}: {peaks}", environment=_env(_resolved(p)))

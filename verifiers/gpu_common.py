@@ -1,0 +1,150 @@
+"""Shared GPU plumbing: inputs, the attention implementations, digests, kernel traces.
+
+Imported only inside GPU verifier functions (it imports torch at module level
+on purpose: this module is never loaded by the CLI or the registry scan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+from typing import Any
+
+from verifiers.gpu_common_params import AttnParams
+
+AttnShape = AttnParams
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def make_inputs(p: AttnShape, requires_grad: bool = True) -> dict[str, Any]:
+    """q, k, v, dO on the GPU in (batch, seq, heads, dim) layout, from a fixed seed."""
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(p.seed)
+    dt = getattr(torch, p.dtype)
+    hk = p.heads_kv or p.heads
+    sk = p.seqlen_k or p.seqlen_q
+
+    def rnd(*shape: int) -> Any:
+        return torch.randn(*shape, generator=g, device="cuda", dtype=dt)
+
+    q, k, v = rnd(p.batch, p.seqlen_q, p.heads, p.head_dim), rnd(p.batch, sk, hk, p.head_dim), rnd(p.batch, sk, hk, p.head_dim)
+    do = rnd(p.batch, p.seqlen_q, p.heads, p.head_dim)
+    for t in (q, k, v):
+        t.requires_grad_(requires_grad)
+    return {"q": q, "k": k, "v": v, "do": do}
+
+
+def _sdpa_backend(impl: str) -> Any:
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-math": SDPBackend.MATH,
+    }[impl]
+
+
+def forward(p: AttnShape, x: dict[str, Any]) -> tuple[Any, Any]:
+    """Run the implementation's forward; returns (out in BSHD layout, lse or None)."""
+    torch = _torch()
+    if p.dropout_p:
+        # Dropout is replayable only from the same RNG state: restore it before every call.
+        torch.manual_seed(p.seed)
+        torch.cuda.manual_seed(p.seed)
+    if p.impl == "fa4":
+        from flash_attn.cute import flash_attn_func
+
+        kwargs: dict[str, Any] = {"causal": p.causal}
+        sig = inspect.signature(flash_attn_func).parameters
+        if "deterministic" in sig:
+            kwargs["deterministic"] = p.deterministic
+        if "return_lse" in sig:
+            kwargs["return_lse"] = True
+        res = flash_attn_func(x["q"], x["k"], x["v"], **kwargs)
+        if isinstance(res, tuple):
+            return res[0], (res[1] if len(res) > 1 else None)
+        return res, None
+    from torch.nn.attention import sdpa_kernel
+
+    q, k, v = (x[n].transpose(1, 2) for n in ("q", "k", "v"))
+    with sdpa_kernel([_sdpa_backend(p.impl)]):
+        gqa = {"enable_gqa": True} if (p.heads_kv and p.heads_kv != p.heads) else {}
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=p.causal, dropout_p=p.dropout_p, **gqa)
+    return out.transpose(1, 2), None
+
+
+def forward_backward(p: AttnShape, x: dict[str, Any]) -> dict[str, Any]:
+    """Forward then backward with dO; returns o, lse (if any), dq, dk, dv."""
+    _torch()
+    for n in ("q", "k", "v"):
+        x[n].grad = None
+    o, lse = forward(p, x)
+    o.backward(x["do"])
+    return {"o": o.detach(), "lse": lse.detach() if lse is not None else None,
+            "dq": x["q"].grad.detach(), "dk": x["k"].grad.detach(), "dv": x["v"].grad.detach()}
+
+
+def digest(t: Any) -> str:
+    """sha256 of a tensor's bytes (bitwise identity)."""
+    torch = _torch()
+    b = t.contiguous().view(torch.uint8).cpu().numpy().tobytes() if t.dtype != torch.uint8 else t.cpu().numpy().tobytes()
+    return hashlib.sha256(b).hexdigest()[:16]
+
+
+def set_deterministic(p: AttnShape) -> None:
+    """For SDPA, the deterministic flag is PyTorch's global deterministic-algorithms switch."""
+    torch = _torch()
+    if p.impl.startswith("sdpa"):
+        torch.use_deterministic_algorithms(p.deterministic, warn_only=True)
+    if p.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def kernel_trace(fn: Any) -> list[dict[str, Any]]:
+    """Run fn under torch.profiler; every CUDA kernel with grid, block, registers, shared memory."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    prof.export_chrome_trace(path)
+    with open(path) as fh:
+        events = json.load(fh).get("traceEvents", [])
+    os.unlink(path)
+    out = []
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        a = e.get("args", {})
+        out.append({
+            "name": e.get("name", ""), "grid": a.get("grid"), "block": a.get("block"),
+            "registers": a.get("registers per thread"), "smem": a.get("shared memory"),
+            "dur_us": e.get("dur"), "ts": e.get("ts"),
+        })
+    out.sort(key=lambda k: k["ts"] or 0)
+    return out
+
+
+def versions() -> dict[str, Any]:
+    """Versions of what ran, for the evidence record."""
+    torch = _torch()
+    env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        import flash_attn
+
+        env["flash_attn"] = getattr(flash_attn, "__version__", "?")
+    except ImportError:
+        pass
+    return env
