@@ -96,6 +96,9 @@ def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else 0
         problem = getattr(exc, "problem", None) or str(exc)
+        ctx = getattr(exc, "context_mark", None)
+        if ctx is not None and ctx.line + 1 != line:
+            problem += f" (in what {getattr(exc, 'context', 'started')} at line {ctx.line + 1})"
         return None, [Problem(display, line, f"is not valid YAML: {problem}")]
     finally:
         loader.dispose()

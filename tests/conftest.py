@@ -1,0 +1,80 @@
+"""Shared fixtures: a small real kb project in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from kb.cli import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A note anchor that hashes correctly at the pinned notes commit (taken from the corpus).
+NOTE_ANCHOR = yaml.safe_load((REPO / "claims" / "gpu-h200.yaml").read_text())["claims"][0]["anchors"][0]
+
+
+def claim(cid: str, **over: object) -> dict:
+    """A valid claim record, with overrides."""
+    base = {
+        "id": cid,
+        "statement": "Two plus two equals four, stated for a test.",
+        "generation": "cross",
+        "phase": "n/a",
+        "topics": ["numerics"],
+        "label": "mathematical",
+        "anchors": [dict(NOTE_ANCHOR)],
+        "checks": [{"verifier": "arith.eval", "params": {"expr": "2 + 2"}, "expect": {"value": {"equals": 4}}}],
+    }
+    base.update(over)
+    return base
+
+
+def write_claims(root: Path, name: str, claims: list[dict]) -> Path:
+    """Write claims/<name>.yaml."""
+    path = root / "claims" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"claims": claims}, sort_keys=False))
+    return path
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    """A project with the real sources/ and verifiers/ and one good claims file."""
+    root = tmp_path / "proj"
+    shutil.copytree(REPO / "sources", root / "sources")
+    shutil.copytree(REPO / "verifiers", root / "verifiers", ignore=shutil.ignore_patterns("__pycache__"))
+    write_claims(root, "good", [
+        claim("test.arith.four"),
+        claim("test.arith.wrong", statement="Two plus two equals five, stated by a note.",
+              checks=[{"verifier": "arith.eval", "params": {"expr": "2 + 2"}, "expect": {"value": {"equals": 5}}}]),
+        claim("test.review.only", checks=[], review="Design rationale; nothing executable decides it.",
+              depends_on=["test.arith.four"]),
+    ])
+    return root
+
+
+@pytest.fixture()
+def run_kb(project: Path):  # noqa: ANN201
+    """Invoke the CLI in-process against the project; returns the click Result."""
+    runner = CliRunner()
+
+    def go(*args: str):  # noqa: ANN202
+        return runner.invoke(cli, ["--root", str(project), "--db", str(project / ".kb" / "kb.db"), *args],
+                             catch_exceptions=False)
+
+    return go
+
+
+def kb_subprocess(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    """Run `python -m kb` in a child process (what verify needs: real worker processes)."""
+    full = {**os.environ, "KB_ROOT": str(root), "KB_DB": str(root / ".kb" / "kb.db"),
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kb", *args], capture_output=True, text=True, env=full,
+                          timeout=timeout, cwd=root)
