@@ -47,7 +47,11 @@ def _index(ctx: click.Context, force: bool = False):
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
     """kb: a verified knowledge base of FlashAttention claims."""
-    ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
+    cfg = load_config(root.resolve() if root else None, db)
+    # The project's own verifiers/ package is the one its claims bind to (workers import it from there too).
+    if (cfg.root / "verifiers").is_dir() and str(cfg.root) not in sys.path:
+        sys.path.insert(0, str(cfg.root))
+    ctx.obj = {"cfg": cfg}
 
 
 @cli.command()

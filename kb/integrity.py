@@ -41,8 +41,9 @@ def _anchor_problems(corpus: Corpus, claim: Claim) -> list[Problem]:
                 out.append(_claim_problem(corpus, claim, loc, "a repository anchor needs sha (a full commit SHA)"))
             elif anchor.sha not in src.pins.values():
                 out.append(_claim_problem(corpus, claim, (*loc, "sha"), f"{anchor.sha} is not one of the pins of source {src.id!r}"))
-            if not anchor.path:
-                out.append(_claim_problem(corpus, claim, loc, "a repository anchor needs path"))
+            if anchor.lines and not anchor.path:
+                # A commit-level anchor (sha alone) is fine; a line span needs the file it is in.
+                out.append(_claim_problem(corpus, claim, loc, "a repository anchor with lines needs path"))
             if anchor.lines and not anchor.sha256:
                 out.append(_claim_problem(corpus, claim, (*loc, "lines"), "a line span needs the sha256 of those lines"))
         elif src.kind == "paper":

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import inspect
 import pkgutil
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,11 +95,15 @@ class VerifierSpec:
         return self.requires.cuda
 
     def code_hash(self) -> str:
-        """Hash of the verifier's code (or its pinned version): old evidence goes stale when it changes."""
+        """Hash of the verifier's code (or its pinned version): old evidence goes stale when it changes.
+
+        Covers the whole module that defines the verifier and every `verifiers.*`
+        module it imports (helpers such as gpu_common), not just the function: a
+        fix in a helper must invalidate evidence made with the old helper.
+        """
         if self.version:
             return f"v:{self.version}"
-        body = inspect.getsource(self.func) + inspect.getsource(self.params)
-        return hashlib.sha256(body.encode()).hexdigest()[:16]
+        return _module_hash(self.func.__module__)
 
 
 def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements:
@@ -119,6 +124,28 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
         min_gpu_memory_gb=req.min_gpu_memory_gb,
         git_source=req.git_source,
     )
+
+
+_HASHES: dict[str, str] = {}
+
+
+def _module_hash(name: str) -> str:
+    """sha256 over a verifier module's source and the verifiers/ modules it references."""
+    if name in _HASHES:
+        return _HASHES[name]
+    mod = importlib.import_module(name)
+    src = inspect.getsource(mod)
+    h = hashlib.sha256(src.encode())
+    pkg = name.split(".")[0]
+    for dep in sorted(set(re.findall(rf"\b{pkg}\.(\w+)|from {pkg} import (\w+)", src))):
+        dep_name = f"{pkg}.{dep[0] or dep[1]}"
+        if dep_name != name:
+            try:
+                h.update(inspect.getsource(importlib.import_module(dep_name)).encode())
+            except (ImportError, OSError, TypeError):
+                continue
+    _HASHES[name] = h.hexdigest()[:16]
+    return _HASHES[name]
 
 
 _REGISTRY: dict[str, VerifierSpec] = {}

@@ -100,12 +100,15 @@ def digest(t: Any) -> str:
 
 
 def set_deterministic(p: AttnShape) -> None:
-    """For SDPA, the deterministic flag is PyTorch's global deterministic-algorithms switch."""
+    """For SDPA, the deterministic flag is PyTorch's global deterministic-algorithms switch.
+
+    warn_only must be False: with warn_only=True PyTorch's flash backward only warns
+    and keeps its non-deterministic dQ path (attention_backward.cu reads the flag so).
+    CUBLAS_WORKSPACE_CONFIG is set when the worker starts, before any cuBLAS handle exists.
+    """
     torch = _torch()
     if p.impl.startswith("sdpa"):
-        torch.use_deterministic_algorithms(p.deterministic, warn_only=True)
-    if p.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(p.deterministic, warn_only=False)
 
 
 def kernel_trace(fn: Any) -> list[dict[str, Any]]:

@@ -1,0 +1,183 @@
+"""Verification: negative controls for every CPU verifier kind, harness faults, cache, evidence."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kb.notes import lines_sha256
+from tests.conftest import claim, kb_subprocess, write_claims
+
+torch = pytest.importorskip("torch", reason="CPU checks need torch (pip install torch==2.13.0)")
+
+
+def _verify(root: Path, *args: str) -> tuple[int, dict]:
+    res = kb_subprocess(root, "verify", "--json", *args)
+    assert res.stdout, res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def _math(cid: str, verifier: str, params: dict, expect: dict) -> dict:
+    return claim(cid, checks=[{"verifier": verifier, "params": params, "expect": expect}])
+
+
+def test_cpu_kinds_support_true_and_refute_false(project: Path) -> None:
+    """Every CPU verifier: a true expectation supports, a false one refutes."""
+    tight = {"max_abs_err": {"at_most": 1e-9}}
+    impossible = {"max_abs_err": {"at_least": 1.0}}
+    pairs = [
+        ("math.online-softmax", {"n": 128, "block": 32, "masked_rows": 2}, tight, impossible),
+        ("math.deferred-normalization", {"n": 128, "block": 32}, tight, impossible),
+        ("math.logsumexp", {"n": 128, "block": 16}, tight, impossible),
+        ("math.backward-identities", {"n": 48, "d": 16, "causal": True}, tight, impossible),
+        ("math.tiled-forward", {"style": "fa1", "causal": True, "block_q": 16, "block_k": 32, "n": 100}, tight, impossible),
+        ("math.tiled-forward", {"style": "fa2", "causal": False, "block_q": 32, "block_k": 16, "n": 100}, tight, impossible),
+        ("math.tiled-backward", {"style": "fa2", "causal": True, "block_q": 16, "block_k": 16, "n": 64}, tight, impossible),
+        ("math.softmax-shift", {"n": 64}, tight, impossible),
+        ("math.exp2-rewrite", {"n": 64}, {"max_abs_err": {"at_most": 1e-12}}, impossible),
+        ("math.fp-sum-order", {"partials": 3}, {"order_dependent": {"is": True}}, {"order_dependent": {"is": False}}),
+        ("math.fp-sum-order", {"partials": 2}, {"order_dependent": {"is": False}}, {"order_dependent": {"is": True}}),
+        ("math.causal-tiles", {"n": 512, "block_q": 128, "block_k": 128}, {"tiles_visited": {"equals": 10}},
+         {"tiles_visited": {"equals": 16}}),
+        ("heuristic.num-splits", {"rule": "deterministic-current", "batch": 1, "heads": 32, "sm_count": 108},
+         {"num_splits": {"equals": 4}}, {"num_splits": {"equals": 3}}),
+        ("heuristic.num-splits", {"rule": "fwd-v1.0.9", "batch": 1, "heads": 48, "sm_count": 108, "max_splits": 3},
+         {"num_splits": {"equals": 2}}, {"num_splits": {"equals": 3}}),
+        ("arith.eval", {"expr": "H100.sm_count * 2"}, {"value": {"equals": 264}}, {"value": {"equals": 263}}),
+    ]
+    claims = []
+    for i, (ver, params, good, bad) in enumerate(pairs):
+        claims.append(_math(f"test.pos.c{i}", ver, params, good))
+        claims.append(_math(f"test.neg.c{i}", ver, params, bad))
+    write_claims(project, "kinds", claims)
+    code, summary = _verify(project)
+    assert summary["errors"] == []
+    refuted = set(summary["refuted"])
+    for i, (ver, *_rest) in enumerate(pairs):
+        assert f"test.neg.c{i}" in refuted, f"{ver}: a false expectation did not refute"
+        assert f"test.pos.c{i}" not in refuted, f"{ver}: a true expectation was refuted"
+    assert code == 1  # something refuted
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_source_check_supports_and_refutes(project: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "up"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "k.h").write_text("int a;\natomicAdd(dq_accum, x);\nint b;\n")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    sha = _git(repo, "rev-parse", "HEAD")
+    (project / "sources" / "testrepo.yaml").write_text(
+        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n")
+    digest = lines_sha256((repo / "k.h").read_bytes(), 2, 2)[0]
+    anchor = {"source": "testrepo", "sha": sha, "path": "k.h", "lines": [2, 2], "sha256": digest}
+    base = claim("x.y")["anchors"][0]
+    write_claims(project, "src", [
+        claim("test.src.ok", label="source-backed", anchors=[base, anchor],
+              checks=[{"verifier": "source.lines", "params": {"anchor": 1, "tokens": ["atomicAdd"]}}]),
+        claim("test.src.neg", label="source-backed", anchors=[base, anchor],
+              checks=[{"verifier": "source.lines", "params": {"anchor": 1, "tokens": ["atomicSub"]}}]),
+        claim("test.src.badhash", label="source-backed", anchors=[base, {**anchor, "sha256": "1" * 64}],
+              checks=[{"verifier": "source.lines", "params": {"anchor": 1, "tokens": ["atomicAdd"]}}]),
+    ])
+    offline = kb_subprocess(project, "verify", "--plan", "--json")
+    rows = {r["check"]: r for r in json.loads(offline.stdout)}
+    assert rows["test.src.ok#0"]["action"] == "skip"
+    assert "KB_CLONE_TESTREPO" in rows["test.src.ok#0"]["why"]
+    res = kb_subprocess(project, "verify", "--json", env={"KB_CLONE_TESTREPO": str(repo)})
+    summary = json.loads(res.stdout)
+    assert set(summary["refuted"]) >= {"test.src.neg", "test.src.badhash", "test.arith.wrong"}
+    assert "test.src.ok" not in summary["refuted"]
+
+
+HARNESS = '''
+import os, time
+from kb.registry import Outcome, Params, verifier
+
+
+class P(Params):
+    seconds: float = 0
+
+
+@verifier("test.crash", kind="cpu-check", params=P, timeout_s=30)
+def crash(p, ctx):
+    """Dies without a word, as a segfault or OOM kill would."""
+    os._exit(7)
+
+
+@verifier("test.hang", kind="cpu-check", params=P, timeout_s=2)
+def hang(p, ctx):
+    """Never returns."""
+    time.sleep(p.seconds)
+    return Outcome(measurements={"value": (1, "")})
+
+
+@verifier("test.raise", kind="cpu-check", params=P, timeout_s=30)
+def boom(p, ctx):
+    """Raises like a CUDA error would."""
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+'''
+
+
+def test_harness_faults_are_errors_not_evidence(project: Path) -> None:
+    (project / "verifiers" / "harness_test.py").write_text(HARNESS)
+    exp = {"value": {"equals": 1}}
+    write_claims(project, "harness", [
+        claim("test.h.crash", checks=[{"verifier": "test.crash", "params": {}, "expect": exp}]),
+        claim("test.h.hang", checks=[{"verifier": "test.hang", "params": {"seconds": 60}, "expect": exp}]),
+        claim("test.h.raise", checks=[{"verifier": "test.raise", "params": {}, "expect": exp}]),
+    ])
+    code, summary = _verify(project, "--jobs", "1")
+    assert code == 3
+    errors = {e["check"]: e["reason"] for e in summary["errors"]}
+    assert "exited with code 7" in errors["test.h.crash#0"]
+    assert "timed out after 2 s" in errors["test.h.hang#0"]
+    assert "illegal memory access" in errors["test.h.raise#0"]
+    # The suite went on: the ordinary claims still ran after the faults.
+    assert "test.arith.wrong" in summary["refuted"]
+    shown = json.loads(kb_subprocess(project, "show", "test.h.crash", "--json").stdout)
+    overall = next(s for s in shown["status"] if s["hardware_class"] == "*")
+    assert overall["status"] == "unverified" and "harness error" in overall["reason"]
+
+
+def test_cache_then_force_and_stale(project: Path) -> None:
+    code, first = _verify(project)
+    assert first["ran"] == 2 and first["cached"] == 0
+    _, again = _verify(project)
+    assert again["ran"] == 0 and again["cached"] == 2
+    _, forced = _verify(project, "--force")
+    assert forced["ran"] == 2
+    files = list((project / "evidence").rglob("*.json"))
+    assert len(files) == 2  # append-only: one new batch per run that executed something
+    # Editing a claim's statement makes its evidence stale until it is re-checked.
+    path = project / "claims" / "good.yaml"
+    path.write_text(path.read_text().replace("Two plus two equals four", "Two plus two equals 4"))
+    shown = json.loads(kb_subprocess(project, "show", "test.arith.four", "--json").stdout)
+    assert any(s["status"] == "stale" for s in shown["status"])
+    _, after = _verify(project)
+    assert after["ran"] == 1
+
+
+def test_evidence_import_merges_by_content(project: Path, tmp_path: Path) -> None:
+    _verify(project)
+    batch = next((project / "evidence").rglob("*.json"))
+    other = tmp_path / "other"
+    other.mkdir()
+    moved = other / batch.name
+    batch.rename(moved)
+    assert kb_subprocess(project, "evidence", "import", str(moved)).returncode == 0
+    again = kb_subprocess(project, "evidence", "import", str(moved))
+    assert "imported 0 new run(s); 2 already known" in again.stderr
+    tampered = json.loads(moved.read_text())
+    tampered["runs"][0]["verdict"] = "supports" if tampered["runs"][0]["verdict"] == "refutes" else "refutes"
+    bad = other / "bad.json"
+    bad.write_text(json.dumps(tampered))
+    res = kb_subprocess(project, "evidence", "import", str(bad))
+    assert res.returncode == 2 and "does not match its content" in res.stderr
