@@ -26,7 +26,7 @@ from typing import Any
 import sqlite_utils
 
 from kb.audit_arxiv import newest_versions
-from kb.audit_classify import classify_notes, classify_repo
+from kb.audit_classify import PendingSymbol, classify_notes, classify_repo_deferred, settle_symbols
 from kb.audit_git import SPAWNED, GitSource
 from kb.audit_github import GitHubSource, api_base
 from kb.audit_http import HttpClient
@@ -125,7 +125,6 @@ def _audit_pinned(cfg: Config, src: Source, refs: list[AnchorRef], report: Audit
         view: GitSource | GitHubSource = GitHubSource(src, client, offline=offline, ref=ref)  # type: ignore[arg-type]
     else:
         view = GitSource(src, cfg, offline=offline, ref=ref)
-        view.symbol_hint = {r.anchor.symbol for r in refs if r.anchor.symbol}
     try:
         try:
             view.open()
@@ -135,19 +134,28 @@ def _audit_pinned(cfg: Config, src: Source, refs: list[AnchorRef], report: Audit
                 report.findings += found
                 report.pins.append(_row(src, pin, "", found, [exc.reason], kind, names.get(pin, "")))
             return
+        done: list[tuple[str, list[Finding], list[str]]] = []
+        pending: list[PendingSymbol] = []
         for pin, group in sorted(by_pin.items(), key=lambda kv: names.get(kv[0], kv[0])):
             notes: list[str] = []
-            seen = len(view.notes)
             if not pin:
                 found = [r.finding(kind, "unchecked", "the anchor names no pin") for r in group]
             else:
                 try:
                     diff = view.diff(pin)
-                    found = (classify_repo if kind == "repo" else classify_notes)(group, diff, view)
                     notes = diff.notes
+                    if kind == "repo":
+                        found, waiting = classify_repo_deferred(group, diff, view)
+                        pending += waiting
+                    else:
+                        found = classify_notes(group, diff, view)
                 except Unchecked as exc:
                     found = [r.finding(kind, "unchecked", exc.reason, pin=pin, head=view.head, offline=exc.offline)
                              for r in group]
+            done.append((pin, found, notes))
+        # Every pin is compared with the same head: one symbol search serves them all.
+        settle_symbols(pending, view, view.head)
+        for pin, found, notes in done:
             if view.stale_head:
                 # Online, but the fetch failed: "unchanged" is only against an old local head.
                 notes = [*notes, view.stale_head]
@@ -156,8 +164,9 @@ def _audit_pinned(cfg: Config, src: Source, refs: list[AnchorRef], report: Audit
                         f.status = "unchecked"
                         f.detail = f"unchanged against the local head {view.head[:12]} only; {view.stale_head}"
             report.findings += found
-            notes += view.notes[seen:]
             report.pins.append(_row(src, pin, view.head, found, notes, kind, names.get(pin, ""), view.head_ref))
+        if view.notes:
+            report.pins[-1]["notes"] += view.notes
     finally:
         view.close()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kb.audit_model import AnchorRef, Finding, Unchecked, short_diff
-from kb.notes import find_section, sections
+from kb.notes import Section, sections
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,11 @@ def _occurrences(block: list[bytes], lines: list[bytes]) -> list[int]:
     return [i for i in range(len(lines) - n + 1) if lines[i] == first and lines[i:i + n] == block]
 
 
-def _map_span(old: list[bytes], new: list[bytes], start: int, end: int) -> tuple[int, int]:
-    """Map a 1-based inclusive span of `old` to `new` through a line diff; end < start if it vanished."""
-    ops = difflib.SequenceMatcher(None, old, new).get_opcodes()
+Opcodes = list[tuple[str, int, int, int, int]]
+
+
+def _map_span(ops: Opcodes, new: list[bytes], start: int, end: int) -> tuple[int, int]:
+    """Map a 1-based inclusive span through a line diff's opcodes; end < start if it vanished."""
 
     def at(i: int, is_end: bool) -> int:
         for tag, i1, i2, j1, j2 in ops:
@@ -114,7 +116,10 @@ def symbol_parts(symbol: str) -> list[str]:
 def symbol_line(blob: bytes, symbol: str) -> int | None:
     """1-based line where the symbol's last part first occurs, when every part of it is in the file."""
     parts = symbol_parts(symbol)
-    if not parts or not all(re.search(_WORD.format(re.escape(p)).encode(), blob) for p in parts[:-1]):
+    # A plain substring test first: most candidate files fail it, and it is far cheaper than the regex.
+    if not parts or not all(p.encode() in blob for p in parts):
+        return None
+    if not all(re.search(_WORD.format(re.escape(p)).encode(), blob) for p in parts[:-1]):
         return None
     m = re.search(_WORD.format(re.escape(parts[-1])).encode(), blob)
     return None if m is None else blob.count(b"\n", 0, m.start()) + 1
@@ -126,7 +131,7 @@ def has_symbol(blob: bytes, symbol: str) -> bool:
 
 
 @dataclass
-class _Pending:
+class PendingSymbol:
     """A repo finding that waits for the one symbol search of its pin."""
 
     finding: Finding
@@ -142,12 +147,22 @@ class _Lines:
         self.reader = reader
         self._cache: dict[tuple[str, str], list[bytes] | None] = {}
 
+        self._ops: dict[tuple[str, str, str, str], Opcodes] = {}
+
     def get(self, rev: str, path: str) -> list[bytes] | None:
         key = (rev, path)
         if key not in self._cache:
             blob = self.reader.read(rev, path)
             self._cache[key] = None if blob is None else split_lines(blob)
         return self._cache[key]
+
+    def opcodes(self, pin: str, path: str, head: str, head_path: str) -> Opcodes:
+        """Line-diff opcodes of a file from pin to head, computed once per file."""
+        key = (pin, path, head, head_path)
+        if key not in self._ops:
+            old, new = self.get(pin, path) or [], self.get(head, head_path) or []
+            self._ops[key] = difflib.SequenceMatcher(None, old, new).get_opcodes()
+        return self._ops[key]
 
 
 def classify_repo(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> list[Finding]:
@@ -157,18 +172,18 @@ def classify_repo(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> list[
     return found
 
 
-def classify_repo_deferred(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> tuple[list[Finding], list[_Pending]]:
+def classify_repo_deferred(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> tuple[list[Finding], list[PendingSymbol]]:
     """Classify every repo anchor of one pin; deleted/edited anchors whose symbol left the file
     come back pending, so all pins compared with one head can share one symbol search."""
     cache = _Lines(reader)
     out: list[Finding] = []
-    pending: list[_Pending] = []
+    pending: list[PendingSymbol] = []
     for ref in refs:
         try:
             got = _classify_repo_anchor(ref, diff, reader, cache)
         except Unchecked as exc:  # a read failed (HTTP backend): this anchor only
             got = ref.finding("repo", "unchecked", exc.reason, pin=diff.pin, head=diff.head, offline=exc.offline)
-        if isinstance(got, _Pending):
+        if isinstance(got, PendingSymbol):
             pending.append(got)
             out.append(got.finding)
         else:
@@ -176,7 +191,7 @@ def classify_repo_deferred(refs: list[AnchorRef], diff: PinDiff, reader: Reader)
     return out, pending
 
 
-def settle_symbols(pending: list[_Pending], reader: Reader, head: str) -> None:
+def settle_symbols(pending: list[PendingSymbol], reader: Reader, head: str) -> None:
     """One search for every pending symbol at head; updates the pending findings in place."""
     if not pending:
         return
@@ -186,7 +201,7 @@ def settle_symbols(pending: list[_Pending], reader: Reader, head: str) -> None:
         _settle_symbol(p, hits, head, cache)
 
 
-def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: _Lines) -> Finding | _Pending:
+def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: _Lines) -> Finding | PendingSymbol:
     a = ref.anchor
     path = a.path or ""
 
@@ -218,7 +233,7 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
         why = "file deleted at head" if change else "file absent at head (the change listing was partial: rename unknown)"
         f = mk("deleted", why)
         if a.symbol:
-            return _Pending(f, a.symbol, cited, set())
+            return PendingSymbol(f, a.symbol, cited, set())
         return f
     renamed = head_path != path
     if cited is None:
@@ -239,7 +254,7 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
     starts = _occurrences(cited, head_lines)
     if starts:
         if len(starts) > 1:
-            anchor_at = _map_span(pin_lines, head_lines, s, e)[0] - 1
+            anchor_at = _map_span(cache.opcodes(diff.pin, path, diff.head, head_path), head_lines, s, e)[0] - 1
         else:
             anchor_at = s - 1
         best = min(starts, key=lambda i: abs(i - anchor_at)) + 1
@@ -252,7 +267,7 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
                       proposal={"path": head_path, "lines": span, "sha256": a.sha256})
         return mk("moved", detail, proposal={"path": path, "lines": span, "sha256": a.sha256})
 
-    ns, ne = _map_span(pin_lines, head_lines, s, e)
+    ns, ne = _map_span(cache.opcodes(diff.pin, path, diff.head, head_path), head_lines, s, e)
     new = head_lines[ns - 1:ne] if ne >= ns else []
     detail = f"cited lines changed at head (now {ns}-{ne})" if new else "cited lines removed at head"
     if renamed:
@@ -263,11 +278,11 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
            diff=_udiff(cited, new, f"{path}@{diff.pin[:12]}:{s}-{e}", f"{head_path}@{diff.head[:12]}:{ns}-{ne}"),
            proposal={"path": head_path, "lines": [ns, ne], "sha256": span_sha256(new)} if new else None)
     if a.symbol and not has_symbol(b"\n".join(head_lines), a.symbol):
-        return _Pending(f, a.symbol, cited, {head_path})
+        return PendingSymbol(f, a.symbol, cited, {head_path})
     return f
 
 
-def _settle_symbol(p: _Pending, hits: dict[str, list[tuple[str, int]]] | None, head: str, cache: _Lines) -> None:
+def _settle_symbol(p: PendingSymbol, hits: dict[str, list[tuple[str, int]]] | None, head: str, cache: _Lines) -> None:
     """Turn a deleted/edited finding into symbol-elsewhere when the symbol lives in another file."""
     f = p.finding
     if hits is None:
@@ -302,13 +317,15 @@ def _settle_symbol(p: _Pending, hits: dict[str, list[tuple[str, int]]] | None, h
 
 def classify_notes(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> list[Finding]:
     """Re-hash each note anchor's section at head: unchanged, moved (slug changed), edited, deleted."""
-    texts: dict[tuple[str, str], str | None] = {}
+    parsed: dict[tuple[str, str], dict[str, Section] | None] = {}
 
-    def text(rev: str, path: str) -> str | None:
-        if (rev, path) not in texts:
+    def text(rev: str, path: str) -> dict[str, Section] | None:
+        # Each note is parsed once per revision, however many anchors cite it.
+        if (rev, path) not in parsed:
             blob = reader.read(rev, path)
-            texts[(rev, path)] = None if blob is None else blob.decode("utf-8", "replace")
-        return texts[(rev, path)]
+            parsed[(rev, path)] = None if blob is None else {
+                sec.slug: sec for sec in sections(blob.decode("utf-8", "replace"))}
+        return parsed[(rev, path)]
 
     out = []
     for ref in refs:
@@ -319,7 +336,7 @@ def classify_notes(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> list
     return out
 
 
-def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, str], str | None]) -> Finding:
+def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, str], dict[str, Section] | None]) -> Finding:
     a = ref.anchor
     path, slug = a.path or "", a.heading or ""
 
@@ -328,8 +345,7 @@ def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, st
 
     if path in diff.missing:
         return mk("unchecked", f"{path}: its blob is missing from the clone")
-    pin_text = text(diff.pin, path)
-    sec = find_section(pin_text, slug) if pin_text is not None else None
+    sec = (text(diff.pin, path) or {}).get(slug)
     if sec is None:
         return mk("invalid", f"no section #{slug} in {path} at the pinned commit")
     if a.sha256 and sec.sha256 != a.sha256:
@@ -340,19 +356,19 @@ def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, st
     if change and change.status == "D":
         return mk("deleted", f"note {path} deleted at head")
     head_path = change.new_path if change and change.status == "R" and change.new_path else path
-    head_text = text(diff.head, head_path)
-    if head_text is None:
+    head_secs = text(diff.head, head_path)
+    if head_secs is None:
         if change is None:
             return mk("deleted", f"note {path} absent at head")
         return mk("unchecked", f"{head_path} is listed as changed but could not be read at head")
-    hsec = find_section(head_text, slug)
+    hsec = head_secs.get(slug)
     renamed = f"note renamed to {head_path}; " if head_path != path else ""
     if hsec is not None and hsec.sha256 == sec.sha256:
         if renamed:
             return mk("renamed", renamed + "section unchanged", proposal={"path": head_path})
         return mk("unchanged", "section text identical at head")
     if hsec is None:
-        same = [s for s in sections(head_text) if s.sha256 == sec.sha256]
+        same = [s for s in head_secs.values() if s.sha256 == sec.sha256]
         if same:
             return mk("moved", f"{renamed}section text unchanged under slug #{same[0].slug}",
                       proposal={"path": head_path, "heading": same[0].slug, "sha256": sec.sha256})

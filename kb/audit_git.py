@@ -13,7 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from kb.audit_classify import Change, PinDiff
+from kb.audit_classify import Change, PinDiff, symbol_line, symbol_parts
 from kb.audit_model import Unchecked
 from kb.config import Config
 from kb.gitsrc import GitError, GitRepo
@@ -81,9 +81,6 @@ class GitSource:
         self.stale_head: str | None = None
         self._repo: _BatchRepo | None = None
         self._missing: set[str] = set()
-        # Symbols worth searching in the same `git grep` as the first one asked for.
-        self.symbol_hint: set[str] = set()
-        self._symbols: dict[str, dict[str, list[tuple[str, int]]]] = {}
 
     # -- setup -----------------------------------------------------------
     def open(self) -> None:
@@ -186,25 +183,18 @@ class GitSource:
             return None
 
     def find_symbols(self, rev: str, symbols: set[str]) -> dict[str, list[tuple[str, int]]] | None:
-        """symbol -> [(path, line)] (first 20 each) at rev.
+        """symbol -> [(path, line)] at rev, from one `git grep -l` and blob reads.
 
-        The first search at a revision also looks for every symbol in
-        `symbol_hint` (all symbols the source's anchors name), so all pins
-        compared with the same head share one `git grep`.
+        Only the first part of a qualified symbol (`Class` of `Class::method`)
+        is grepped, for files only (`-l`, fast even for common words); each
+        candidate file is then read once and checked for every part.
         """
-        known = self._symbols.setdefault(rev, {})
-        need = symbols - known.keys()
-        if need:
-            found = self._grep(rev, need | (self.symbol_hint - known.keys()))
-            if found is None:
-                return None
-            known.update(found)
-        return {s: known[s] for s in symbols}
-
-    def _grep(self, rev: str, symbols: set[str]) -> dict[str, list[tuple[str, int]]] | None:
-        args = ["grep", "-n", "-w", "-I", "-F", "--null"]
-        for s in sorted(symbols):
-            args += ["-e", s]
+        if not symbols:
+            return {}
+        keys = sorted({parts[0] for s in symbols if (parts := symbol_parts(s))})
+        args = ["grep", "-l", "-w", "-I", "-F", "--null"]
+        for k in keys:
+            args += ["-e", k]
         args += [rev, "--", "."] + [f":(exclude,literal){p}" for p in sorted(self._missing)]
         res = _git(self.path, *args, timeout=_timeout())
         if res.returncode not in (0, 1):
@@ -212,18 +202,17 @@ class GitSource:
             return None
         if b"unable to read" in res.stderr:
             self.notes.append("git grep could not read some blobs missing from the clone")
-        words = {s: re.compile(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])".encode()) for s in symbols}
+        prefix = f"{rev}:"
         hits: dict[str, list[tuple[str, int]]] = {s: [] for s in symbols}
-        prefix = f"{rev}:".encode()
-        for row in res.stdout.split(b"\n"):
-            parts = row.split(b"\0", 2)
-            if len(parts) != 3:
+        for name in res.stdout.decode("utf-8", "surrogateescape").split("\0"):
+            path = name.strip("\n").removeprefix(prefix)
+            blob = self.read(rev, path) if path else None
+            if blob is None:
                 continue
-            name, line, text = parts
-            path = name.removeprefix(prefix).decode(errors="replace")
-            for s, rx in words.items():
-                if len(hits[s]) < 20 and rx.search(text):
-                    hits[s].append((path, int(line)))
+            for s in symbols:
+                line = symbol_line(blob, s)
+                if line is not None:
+                    hits[s].append((path, line))
         return hits
 
     def close(self) -> None:

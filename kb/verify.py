@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -13,7 +12,7 @@ import sqlite_utils
 
 from kb.config import Config
 from kb.evidence import write_batch
-from kb.loader import Corpus, load_corpus
+from kb.loader import Corpus
 from kb.models import Run
 from kb.registry import load_all
 from kb.render import emit_json, table
@@ -44,10 +43,10 @@ def run_verify(cfg: Config, db: sqlite_utils.Database, select: Callable[[Corpus]
                kinds: set[str] | None, plan_only: bool, force: bool, jobs: int, timeout: float | None,
                as_json: bool) -> int:
     """Run `kb verify`; returns the exit code."""
-    from kb.store import open_index
+    from kb.store import corpus_from_index, open_index
 
     start = time.perf_counter()
-    corpus = load_corpus(cfg.root)
+    corpus = corpus_from_index(db)
     registry = load_all()
     runs = [Run.model_validate_json(r["json"]) for r in db.query("SELECT json FROM runs")]
     clones = clone_paths(cfg, corpus)
@@ -108,4 +107,3 @@ def run_verify(cfg: Config, db: sqlite_utils.Database, select: Callable[[Corpus]
     return 1 if summary["refuted"] else 0
 
 
-__all__ = ["json", "run_verify"]

@@ -61,11 +61,11 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture()
-def run_kb(project: Path):  # noqa: ANN201
+def run_kb(project: Path):
     """Invoke the CLI in-process against the project; returns the click Result."""
     runner = CliRunner()
 
-    def go(*args: str):  # noqa: ANN202
+    def go(*args: str):
         return runner.invoke(cli, ["--root", str(project), "--db", str(project / ".kb" / "kb.db"), *args],
                              catch_exceptions=False)
 

@@ -148,7 +148,7 @@ def test_harness_faults_are_errors_not_evidence(project: Path) -> None:
 
 
 def test_cache_then_force_and_stale(project: Path) -> None:
-    code, first = _verify(project)
+    _, first = _verify(project)
     assert first["ran"] == 2 and first["cached"] == 0
     _, again = _verify(project)
     assert again["ran"] == 0 and again["cached"] == 2
