@@ -105,6 +105,30 @@ def _map_span(ops: Opcodes, new: list[bytes], start: int, end: int) -> tuple[int
     return at(start - 1, False) + 1, at(end - 1, True) + 1
 
 
+def _tokens(line: bytes) -> frozenset[bytes]:
+    return frozenset(re.findall(rb"\w+|[^\w\s]", line))
+
+
+def _narrow(cited: list[bytes], lines: list[bytes], ns: int, ne: int, limit: int = 2000) -> tuple[int, int]:
+    """Within a mapped block longer than the cited span, the window of the cited length most like it.
+
+    A line diff maps a span inside a rewritten block to the whole block; the
+    proposal should point at the closest lines, not at the block. Similarity
+    is token-set overlap per line (cheap), summed over the window.
+    """
+    n = len(cited)
+    if ne - ns + 1 <= n or ne - ns + 1 > limit:
+        return ns, ne
+    want = [_tokens(ln) for ln in cited]
+    have = [_tokens(ln) for ln in lines[ns - 1:ne]]
+
+    def sim(a: frozenset[bytes], b: frozenset[bytes]) -> float:
+        return len(a & b) / len(a | b) if a or b else 1.0
+
+    best_at = max(range(len(have) - n + 1), key=lambda i: sum(sim(w, have[i + k]) for k, w in enumerate(want)))
+    return ns + best_at, ns + best_at + n - 1
+
+
 _WORD = "(?<![A-Za-z0-9_]){}(?![A-Za-z0-9_])"
 
 
@@ -155,6 +179,13 @@ class _Lines:
             blob = self.reader.read(rev, path)
             self._cache[key] = None if blob is None else split_lines(blob)
         return self._cache[key]
+
+    def stripped(self, rev: str, path: str) -> list[bytes]:
+        """The file's lines without leading/trailing whitespace (for re-indent detection)."""
+        key = ("stripped:" + rev, path)
+        if key not in self._cache:
+            self._cache[key] = [ln.strip() for ln in self.get(rev, path) or []]
+        return self._cache[key] or []
 
     def opcodes(self, pin: str, path: str, head: str, head_path: str) -> Opcodes:
         """Line-diff opcodes of a file from pin to head, computed once per file."""
@@ -267,13 +298,19 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
                       proposal={"path": head_path, "lines": span, "sha256": a.sha256})
         return mk("moved", detail, proposal={"path": path, "lines": span, "sha256": a.sha256})
 
-    ns, ne = _map_span(cache.opcodes(diff.pin, path, diff.head, head_path), head_lines, s, e)
+    stripped = [ln.strip() for ln in cited]
+    loose = _occurrences(stripped, cache.stripped(diff.head, head_path))
+    if loose:
+        ns = min(loose, key=lambda i: abs(i - (s - 1))) + 1
+        ne = ns + (e - s)
+        detail = f"whitespace-only change (re-indented); now {ns}-{ne}"
+    else:
+        ns, ne = _map_span(cache.opcodes(diff.pin, path, diff.head, head_path), head_lines, s, e)
+        ns, ne = _narrow(cited, head_lines, ns, ne)
+        detail = f"cited lines changed at head (nearest now {ns}-{ne})" if ne >= ns else "cited lines removed at head"
     new = head_lines[ns - 1:ne] if ne >= ns else []
-    detail = f"cited lines changed at head (now {ns}-{ne})" if new else "cited lines removed at head"
     if renamed:
         detail = f"file renamed to {head_path}; {detail}"
-    if new and [ln.strip() for ln in new] == [ln.strip() for ln in cited]:
-        detail += "; whitespace-only change"
     f = mk("edited", detail,
            diff=_udiff(cited, new, f"{path}@{diff.pin[:12]}:{s}-{e}", f"{head_path}@{diff.head[:12]}:{ns}-{ne}"),
            proposal={"path": head_path, "lines": [ns, ne], "sha256": span_sha256(new)} if new else None)

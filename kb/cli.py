@@ -343,6 +343,28 @@ def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, as_j
     ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, ref=ref, as_json=as_json))
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def coverage(ctx: click.Context, as_json: bool) -> None:
+    """Which sections of the pinned notes have claims; exit 1 if a checkable section has none."""
+    from kb.coverage import CoverageError
+    from kb.coverage import coverage as run_coverage
+
+    try:
+        files = run_coverage(_cfg(ctx), _index(ctx).db)
+    except CoverageError as exc:
+        click.echo(f"coverage could not run: {exc}", err=True)
+        ctx.exit(3)
+    if as_json:
+        emit_json([f.__dict__ for f in files])
+    else:
+        rows = [(f.path, len(f.covered), len(f.allowed), len(f.structural), len(f.missing), ", ".join(f.missing))
+                for f in files]
+        click.echo(table(rows, ["note", "covered", "allow-listed", "structural", "missing", "missing sections"]))
+    ctx.exit(1 if any(f.missing for f in files) else 0)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="kb")

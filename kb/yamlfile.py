@@ -45,7 +45,12 @@ class Problem:
         return f"{where}:{who}{what} {self.message}".replace(":  ", ": ")
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it: the pure-Python one takes ~2 s for
+# the corpus, which would break the cold-index budget. Both give node marks.
+_Base = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
+
+
+class _Loader(_Base):  # type: ignore[valid-type,misc]
     duplicate_keys: list[tuple[int, str]]
 
 
@@ -72,10 +77,7 @@ def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 # Dates stay strings: a claim's "2026-07-22" is text, and pydantic parses dates where wanted.
-_Loader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
-    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
 
 
 def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
