@@ -187,10 +187,10 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def hw(as_json: bool) -> None:
     """What this machine is and which verifier kinds it can run."""
-    from kb.hw import machine
+    from kb.hw import probe
     from kb.registry import load_all
 
-    env = machine()
+    env = probe()
     reg = load_all()
     can = {}
     for kind in VERIFIER_KINDS:
@@ -205,6 +205,8 @@ def hw(as_json: bool) -> None:
     if env["gpus"]:
         for g in env["gpus"]:
             click.echo(f"gpu       {g['name']} sm_{g['compute_capability']} {g['memory_mib']} MiB, driver {g['driver']}")
+        if "gpu" in env:
+            click.echo(f"cuda      {env['gpu']['sm_count']} SMs, CUDA {env.get('torch_cuda')}, cuDNN {env.get('cudnn')}")
     else:
         click.echo("gpu       none (GPU checks will be reported as needs-hardware)")
     click.echo("packages  " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))

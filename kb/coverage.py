@@ -111,7 +111,7 @@ def coverage(cfg: Config, db: sqlite_utils.Database) -> list[FileCoverage]:
     return out
 
 
-def _only_subheadings(text: str, sec, children) -> bool:  # noqa: ANN001 - Section objects
+def _only_subheadings(text: str, sec, children) -> bool:
     """True when a heading has no body of its own before its first sub-heading."""
     lines = text.split("\n")[sec.start : children[0].start - 1] if children else []
     return not any(line.strip() for line in lines)

@@ -84,3 +84,24 @@ def full_fingerprint() -> dict[str, Any]:
         }
         env["cudnn"] = torch.backends.cudnn.version()
     return env
+
+
+def probe() -> dict:
+    """machine(), plus CUDA facts from a child process when a GPU is present.
+
+    The child imports torch so that `kb hw` itself never does: SM count and the
+    CUDA runtime version are only known to the CUDA runtime.
+    """
+    import json
+    import sys
+
+    env = machine()
+    if not env["gpus"]:
+        return env
+    code = "import json; from kb.hw import full_fingerprint; print(json.dumps(full_fingerprint(), default=str))"
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        env.update(json.loads(res.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        env["probe_error"] = "could not query the CUDA runtime (torch missing or CUDA unusable)"
+    return env

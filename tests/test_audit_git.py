@@ -1,0 +1,225 @@
+"""`kb audit` with the git backend, against real repositories built in tmp_path (no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kb import audit_git
+from kb.audit import audit, run_audit
+from kb.audit_state import load_drift
+from kb.cli import cli
+from tests.test_audit_support import (
+    KERNEL_PIN,
+    build_repos,
+    claim,
+    commit_tree,
+    drift_claims,
+    git,
+    index,
+    repo_anchor,
+    write_project,
+)
+
+
+@pytest.fixture()
+def repos(tmp_path: Path):  # noqa: ANN201
+    return build_repos(tmp_path / "repos")
+
+
+def _by_claim(findings, source: str) -> dict:  # noqa: ANN001
+    return {f.claim_id: f for f in findings if f.source == source}
+
+
+def test_each_kind_of_drift_is_classified(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+    cfg, db = index(root)
+    report = audit(cfg, db, offline=True)
+    code = _by_claim(report.findings, "code")
+
+    assert code["t.repo.unchanged"].status == "unchanged"
+    assert "identical at head" in code["t.repo.unchanged"].detail
+    assert code["t.repo.untouched-file"].status == "unchanged"
+    assert code["t.repo.untouched-file"].detail == "file unchanged since the pin"
+
+    moved = code["t.repo.moved"]
+    assert moved.status == "moved" and not moved.stale and moved.drifted
+    assert moved.proposal == {"path": "src/kernel.cu", "lines": [12, 14], "sha256": moved.proposal["sha256"]}
+
+    edited = code["t.repo.edited"]
+    assert edited.status == "edited" and edited.stale
+    assert "-    atomicAdd(&dq_accum[i], dq);" in edited.diff
+    assert "+    dq_accum_split[blockIdx.y][i] = dq;" in edited.diff
+    assert edited.proposal["lines"] == [22, 23]
+
+    renamed = code["t.repo.renamed"]
+    assert renamed.status == "renamed" and not renamed.stale
+    assert renamed.proposal["path"] == "src/new_name.h" and renamed.proposal["lines"] == [2, 5]
+
+    assert code["t.repo.deleted"].status == "deleted"
+    assert "file deleted at head" in code["t.repo.deleted"].detail
+
+    sym = code["t.repo.symbol-moved"]
+    assert sym.status == "symbol-elsewhere" and sym.stale
+    assert "src/util/reduce.cu:2" in sym.detail
+    assert sym.proposal == {"path": "src/util/reduce.cu", "lines": [2, 4], "sha256": sym.proposal["sha256"]}
+
+    rewritten = code["t.repo.symbol-rewritten"]
+    assert rewritten.status == "symbol-elsewhere"
+    assert "src/scheduler/v2.cu:2" in rewritten.detail and rewritten.proposal is None
+
+    assert code["t.repo.bad-hash"].status == "invalid"
+
+    notes = {(f.claim_id, f.heading): f for f in report.findings if f.source == "fa-notes"}
+    assert notes[("t.notes.edited", "beta")].status == "edited"
+    assert "+Beta now says dQ goes to per-split buffers." in notes[("t.notes.edited", "beta")].diff
+    assert notes[("t.notes.gone", "gamma")].status == "deleted"
+    assert notes[("t.repo.unchanged", "alpha")].status == "unchanged"
+
+
+def test_one_diff_per_pin_and_one_batch_reader(tmp_path: Path, repos, monkeypatch) -> None:  # noqa: ANN001
+    """Many anchors on two pins cost one `git diff` per pin, not one per anchor."""
+    mid_kernel = git(repos.code, "show", f"{repos.mid}:src/kernel.cu")
+    claims = drift_claims(repos) + [
+        claim(f"t.repo.extra-{i}", repo_anchor(mid_kernel, "src/kernel.cu", repos.mid, 1 + i % 5, 12)) for i in range(20)]
+    root = write_project(tmp_path / "proj", repos, claims, pins={"v1": repos.pin, "mid": repos.mid})
+    cfg, db = index(root)
+    calls: list[tuple[str, ...]] = []
+    real = audit_git._git
+
+    def spy(path, *args, timeout=None):  # noqa: ANN001, ANN202
+        calls.append(args)
+        return real(path, *args, timeout=timeout)
+
+    monkeypatch.setattr(audit_git, "_git", spy)
+    before = audit_git.SPAWNED["count"]
+    report = audit(cfg, db, offline=True)
+    diffs = [c for c in calls if c[0] == "diff"]
+    greps = [c for c in calls if c[0] == "grep"]
+    assert len(diffs) == 3  # code: v1 and mid; notes: one pin
+    assert len(greps) == 1  # one symbol search for the whole repository
+    # 2 batch readers (code, notes) + 3 diffs + 1 grep
+    assert audit_git.SPAWNED["count"] - before == 6 == report.git_processes
+    assert sum(1 for f in report.findings if f.source == "code") == len(claims) - 2
+
+
+def _kb(root: Path, *args: str):  # noqa: ANN202
+    return CliRunner().invoke(cli, ["--root", str(root), "--db", str(root / "kb.db"), *args], catch_exceptions=False)
+
+
+def test_cli_json_exit_code_and_stale_claims(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+    res = _kb(root, "audit", "--offline", "--json")
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == 1
+    saved = json.loads((root / ".kb" / "audit.json").read_text())
+    stale = saved["stale_claims"]
+    assert set(stale) == {"t.repo.edited", "t.repo.deleted", "t.repo.symbol-moved", "t.repo.symbol-rewritten",
+                          "t.repo.bad-hash", "t.notes.edited", "t.notes.gone"}
+    assert "edited" in stale["t.repo.edited"]
+    assert doc["claims"]["t.repo.moved"]["state"] == "drifted"
+    assert doc["claims"]["t.repo.unchanged"]["state"] == "unchanged"
+    # What the status derivation reads back.
+    assert load_drift(root) == stale
+
+
+def test_table_output_names_pins_and_diffs(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+    res = _kb(root, "audit", "--offline")
+    assert res.exit_code == 1
+    assert "code" in res.stdout and "v1" in res.stdout and repos.head[:12] in res.stdout
+    assert "-    atomicAdd(&dq_accum[i], dq);" in res.stdout
+    assert "claims stale" in res.stderr
+
+
+def test_clean_project_exits_zero(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    claims = [claim("t.clean.one", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
+    root = write_project(tmp_path / "proj", repos, claims)
+    res = _kb(root, "audit", "--offline", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads((root / ".kb" / "audit.json").read_text())["stale_claims"] == {}
+
+
+def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    claims = [claim("t.clean.one", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
+    root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes)})
+    res = _kb(root, "audit", "--offline", "--json")
+    doc = json.loads(res.stdout)
+    # --offline accepted what it could not check: exit 0, but the claim is not called unchanged.
+    assert res.exit_code == 0
+    assert doc["claims"]["t.clean.one"]["state"] == "unchecked"
+    [u] = [u for u in doc["unchecked"] if u["source"] == "code"]
+    assert "no local clone" in u["reason"] and "offline" in u["reason"]
+    assert "could not check 1 anchor(s) of code" in res.stderr
+
+
+def test_pin_missing_from_clone_is_exit_3_even_offline(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    ghost = "1" * 40
+    claims = [claim("t.ghost", {**repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3), "sha": ghost})]
+    root = write_project(tmp_path / "proj", repos, claims, pins={"v1": repos.pin, "ghost": ghost})
+    res = _kb(root, "audit", "--offline", "--json")
+    assert res.exit_code == 3
+    doc = json.loads(res.stdout)
+    f = next(f for f in doc["findings"] if f["claim_id"] == "t.ghost" and f["source"] == "code")
+    assert f["status"] == "unchecked" and "not in the clone" in f["detail"]
+
+
+def test_drift_is_carried_over_when_it_cannot_be_rechecked(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+    cfg, db = index(root)
+    assert run_audit(cfg, db, offline=True) == 1
+    first = json.loads((root / ".kb" / "audit.json").read_text())
+    # The clone disappears: the next offline audit cannot re-check, and must not call anything fresh.
+    write_project(root, repos, drift_claims(repos), clones={"fa-notes": str(repos.notes)})
+    cfg, db = index(root)
+    assert run_audit(cfg, db, offline=True) == 1
+    second = json.loads((root / ".kb" / "audit.json").read_text())
+    assert set(first["stale_claims"]) == set(second["stale_claims"])
+    carried = [f for f in second["findings"] if f.get("carried_from")]
+    assert carried and all(f["extra"]["not_rechecked"].startswith("no local clone") for f in carried)
+    assert "not re-checked" in second["stale_claims"]["t.repo.edited"]
+
+
+def test_ref_compares_against_another_commit(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+    cfg, db = index(root)
+    report = audit(cfg, db, offline=True, ref=repos.mid)
+    code = _by_claim(report.findings, "code")
+    assert code["t.repo.moved"].status == "moved" and code["t.repo.moved"].head == repos.mid
+    assert code["t.repo.deleted"].status == "unchanged"  # gone.cu still exists at the middle commit
+    assert code["t.repo.renamed"].status == "unchanged"
+
+
+def test_online_git_clones_and_fetches_into_the_cache(tmp_path: Path, repos, monkeypatch) -> None:  # noqa: ANN001
+    """Online, with no configured clone: clone --bare into the cache, later fetch; local paths only, no network."""
+    claims = [claim("t.k", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 20, 21))]
+    root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes)},
+                         code_url=str(repos.code))
+    monkeypatch.setenv("KB_CLONE_CACHE", str(tmp_path / "cache"))
+    cfg, db = index(root)
+    # Put the head back to the pin upstream, so the first audit sees no drift.
+    git(repos.code, "branch", "old", repos.pin)
+    git(repos.code, "symbolic-ref", "HEAD", "refs/heads/old")  # the work tree is left alone
+    report = audit(cfg, db, offline=False)
+    f = _by_claim(report.findings, "code")["t.k"]
+    assert (tmp_path / "cache" / "code.git").is_dir()
+    assert f.status == "unchanged" and f.head == repos.pin
+    # Upstream moves on: the next online audit fetches it.
+    git(repos.code, "symbolic-ref", "HEAD", "refs/heads/main")
+    commit_tree(repos.code, {"README": "new\n"}, "upstream moves on")
+    report = audit(cfg, db, offline=False)
+    f = _by_claim(report.findings, "code")["t.k"]
+    assert f.status == "edited" and f.head == git(repos.code, "rev-parse", "main").strip()
+
+
+def test_failed_fetch_never_reports_unchanged(tmp_path: Path, repos) -> None:  # noqa: ANN001
+    claims = [claim("t.k", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
+    root = write_project(tmp_path / "proj", repos, claims, code_url=str(tmp_path / "no-such-upstream"))
+    cfg, db = index(root)
+    report = audit(cfg, db, offline=False)
+    f = _by_claim(report.findings, "code")["t.k"]
+    assert f.status == "unchecked" and "git fetch" in f.detail and "local head" in f.detail

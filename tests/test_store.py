@@ -1,0 +1,51 @@
+"""The SQLite index: migrations upgrade old databases, refresh is incremental, the cache is disposable."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import sqlite_utils
+
+from kb.config import load_config
+from kb.store import migrations, open_db, open_index
+
+
+def test_old_database_upgrades_itself(project: Path) -> None:
+    db_path = project / ".kb" / "kb.db"
+    db_path.parent.mkdir(parents=True)
+    old = sqlite_utils.Database(db_path)
+    migrations.apply(old, stop_before="m002_status_and_search")
+    assert "status" not in old.table_names()
+    old.close()
+    db = open_db(db_path)
+    assert {"status", "claims_fts"} <= set(db.table_names())
+    assert "arch" in db["claims"].columns_dict
+    applied = [r["name"] for r in db.query("SELECT name FROM _sqlite_migrations ORDER BY applied_at")]
+    assert applied == ["m001_initial", "m002_status_and_search", "m003_scope_columns"]
+    assert migrations.pending(db) == []
+
+
+def test_refresh_only_when_inputs_change(project: Path) -> None:
+    cfg = load_config(project, str(project / ".kb" / "kb.db"))
+    assert open_index(cfg).rebuilt is True
+    assert open_index(cfg).rebuilt is False  # nothing changed: no rebuild
+    path = project / "claims" / "good.yaml"
+    time.sleep(0.01)
+    path.write_text(path.read_text().replace("stated for a test", "stated for a test again"))
+    assert open_index(cfg).rebuilt is True
+    assert open_index(cfg).rebuilt is False
+
+
+def test_database_is_a_cache(project: Path, run_kb) -> None:
+    first = json.loads(run_kb("claims", "--json").output)
+    (project / ".kb" / "kb.db").unlink()
+    assert json.loads(run_kb("claims", "--json").output) == first
+
+
+def test_fts_search_finds_and_escapes(project: Path, run_kb) -> None:
+    rows = json.loads(run_kb("search", "five", "--json").output)
+    assert [r["id"] for r in rows] == ["test.arith.wrong"]
+    # FTS syntax in user input is taken literally, not as a query error.
+    assert run_kb("search", 'NEAR("x" -', "--json").exit_code == 0
