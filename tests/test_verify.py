@@ -181,3 +181,28 @@ def test_evidence_import_merges_by_content(project: Path, tmp_path: Path) -> Non
     bad.write_text(json.dumps(tampered))
     res = kb_subprocess(project, "evidence", "import", str(bad))
     assert res.returncode == 2 and "does not match its content" in res.stderr
+
+
+def test_ctrl_c_keeps_finished_runs_and_a_consistent_index(project: Path) -> None:
+    import os
+    import signal
+    import sys
+    import time
+
+    (project / "verifiers" / "harness_test.py").write_text(HARNESS)
+    exp = {"value": {"equals": 1}}
+    write_claims(project, "zz-harness", [
+        claim("test.h.slow", checks=[{"verifier": "test.hang", "params": {"seconds": 25}, "expect": exp}]),
+    ])
+    env = {**os.environ, "KB_ROOT": str(project), "KB_DB": str(project / ".kb" / "kb.db"),
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-m", "kb", "verify", "--jobs", "1", "--timeout", "60"],
+                            env=env, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(6)  # the two arithmetic checks finish in well under a second; the slow one is then running
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: 2 finished run(s) recorded" in err
+    assert kb_subprocess(project, "validate").returncode == 0  # evidence files are whole
+    runs = [r for f in (project / "evidence").rglob("*.json") for r in json.loads(f.read_text())["runs"]]
+    assert sorted(r["claim_id"] for r in runs) == ["test.arith.four", "test.arith.wrong"]
