@@ -52,8 +52,12 @@ def _anchor_problems(corpus: Corpus, claim: Claim) -> list[Problem]:
         if src.kind != "repo" and (anchor.lines or anchor.sha):
             if src.kind != "notes":
                 out.append(_claim_problem(corpus, claim, loc, f"lines/sha only apply to repository anchors, not {src.kind}"))
-    if not has_note:
-        out.append(_claim_problem(corpus, claim, ("anchors",), "every claim needs at least one fa-notes anchor"))
+    # Provenance: a note section, or an entry of the notes author's own source list
+    # (a private report or web page the notes do not quote).
+    listed = any(corpus.sources[a.source].kind in ("private", "web") for a in claim.anchors if a.source in corpus.sources)
+    if not has_note and not listed:
+        out.append(_claim_problem(corpus, claim, ("anchors",),
+                                  "every claim needs a notes anchor (or an anchor to a listed private/web source)"))
     return out
 
 
