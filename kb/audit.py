@@ -4,7 +4,7 @@ Repositories and notes are compared pin by pin against one head per source
 (git backend: a local clone; http backend: GitHub's REST API for repositories),
 papers against arXiv's newest version, web pages against their recorded
 content hash. Each anchor gets a finding (kb.audit_model); a claim whose cited
-content changed becomes stale through `.kb/audit.json`, which
+content changed becomes stale through `evidence/audit/latest.json`, which
 kb.audit_state hands to the status derivation.
 
 Nothing is reported unchanged that was not checked: what could not be checked
@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import sqlite_utils
@@ -31,7 +32,7 @@ from kb.audit_git import SPAWNED, GitSource
 from kb.audit_github import GitHubSource, api_base
 from kb.audit_http import HttpClient
 from kb.audit_model import AnchorRef, Finding, Unchecked
-from kb.audit_state import drift_path
+from kb.audit_state import drift_path, full_path
 from kb.audit_web import check_page
 from kb.config import Config
 from kb.models import Anchor, Source
@@ -264,13 +265,29 @@ def exit_code(report: AuditReport) -> int:
     return 1 if any(f.drifted for f in report.findings) else 0
 
 
+def _write_summary(path: Path, doc: dict[str, Any]) -> None:
+    """The committed part of an audit: what went stale and per-pin counts, no diffs."""
+    counts: dict[str, dict[str, int]] = {}
+    for f in doc["findings"]:
+        key = f"{f.get('source')}@{(f.get('pin') or f.get('sha') or '')[:12]}"
+        counts.setdefault(key, {})
+        counts[key][f.get("status", "?")] = counts[key].get(f.get("status", "?"), 0) + 1
+    summary = {"checked_at": doc["checked_at"], "offline": doc["offline"], "backend": doc["backend"],
+               "ref": doc["ref"], "stale_claims": doc["stale_claims"],
+               "counts": dict(sorted(counts.items()))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def run_audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, backend: str = "git",
               ref: str | None = None, as_json: bool = False) -> int:
-    """`kb audit`: audit, write .kb/audit.json, print the report; returns the exit code."""
+    """`kb audit`: audit, write evidence/audit/latest.json and the full findings, print the report."""
     from kb.audit_report import print_report, stale_claims
 
     report = audit(cfg, db, offline=offline, backend=backend, ref=ref)
-    path = drift_path(cfg.root)
+    path = full_path(cfg.root)
     previous: dict[str, Any] = {}
     if path.exists():
         try:
@@ -286,5 +303,6 @@ def run_audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, 
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(path)
+    _write_summary(drift_path(cfg.root), doc)
     print_report(report, claim_states(report.findings), stale, code, carried, as_json)
     return code

@@ -49,7 +49,11 @@ class PinDiff:
 
 
 class Reader(Protocol):
-    """File access at a revision, shared by the backends."""
+    """File access at a revision, shared by the backends.
+
+    A reader may set `cheap_reads = False` (HTTP): files the diff lists as
+    unchanged are then not read at all.
+    """
 
     def read(self, rev: str, path: str) -> bytes | None:
         """Bytes of path at rev, None when absent."""
@@ -156,7 +160,7 @@ def has_symbol(blob: bytes, symbol: str) -> bool:
 
 @dataclass
 class PendingSymbol:
-    """A repo finding that waits for the one symbol search of its pin."""
+    """A repo finding waiting for the symbol search that all pins compared with one head share."""
 
     finding: Finding
     symbol: str
@@ -170,7 +174,7 @@ class _Lines:
     def __init__(self, reader: Reader) -> None:
         self.reader = reader
         self._cache: dict[tuple[str, str], list[bytes] | None] = {}
-
+        self._stripped: dict[tuple[str, str], list[bytes]] = {}
         self._ops: dict[tuple[str, str, str, str], Opcodes] = {}
 
     def get(self, rev: str, path: str) -> list[bytes] | None:
@@ -182,10 +186,10 @@ class _Lines:
 
     def stripped(self, rev: str, path: str) -> list[bytes]:
         """The file's lines without leading/trailing whitespace (for re-indent detection)."""
-        key = ("stripped:" + rev, path)
-        if key not in self._cache:
-            self._cache[key] = [ln.strip() for ln in self.get(rev, path) or []]
-        return self._cache[key] or []
+        key = (rev, path)
+        if key not in self._stripped:
+            self._stripped[key] = [ln.strip() for ln in self.get(rev, path) or []]
+        return self._stripped[key]
 
     def opcodes(self, pin: str, path: str, head: str, head_path: str) -> Opcodes:
         """Line-diff opcodes of a file from pin to head, computed once per file."""
@@ -241,6 +245,10 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
 
     if path in diff.missing:
         return mk("unchecked", f"{path}: its blob is missing from the clone, so its changes are unknown")
+    change = diff.changes.get(path)
+    if change is None and diff.complete and not getattr(reader, "cheap_reads", True):
+        # Over HTTP every read is a request: an unchanged file is not fetched just to re-verify the anchor.
+        return mk("unchanged", "file unchanged since the pin")
     pin_lines = cache.get(diff.pin, path)
     if pin_lines is None:
         return mk("invalid", f"{path} does not exist at the pin")
@@ -253,7 +261,6 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
         if a.sha256 and span_sha256(cited) != a.sha256:
             return mk("invalid", "the recorded sha256 does not match the cited lines at the pin; re-hash the anchor")
 
-    change = diff.changes.get(path)
     if change is None and diff.complete:
         return mk("unchanged", "file unchanged since the pin")
     head_path = change.new_path if change and change.status == "R" and change.new_path else path

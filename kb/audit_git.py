@@ -30,7 +30,12 @@ UPSTREAM_REF = "refs/kb/upstream-ref"
 def _git(path: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
     SPAWNED["count"] += 1
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    return subprocess.run(["git", "-C", str(path), *args], capture_output=True, timeout=timeout, env=env)
+    cmd = ["git", "-C", str(path), *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        # Reported like any other git failure (the caller turns it into "unchecked").
+        return subprocess.CompletedProcess(cmd, 124, b"", f"git {args[0]} timed out after {timeout:g} s".encode())
 
 
 class _BatchRepo(GitRepo):
@@ -114,11 +119,7 @@ class GitSource:
     def _fetch(self) -> bool:
         target = UPSTREAM_REF if self.ref else UPSTREAM_HEAD
         spec = f"+{self.ref or 'HEAD'}:{target}"
-        try:
-            res = _git(self.path, "fetch", "--quiet", "--no-tags", self.url, spec, timeout=_timeout())
-        except subprocess.TimeoutExpired:
-            self.stale_head = f"git fetch {self.url} timed out"
-            return False
+        res = _git(self.path, "fetch", "--quiet", "--no-tags", self.url, spec, timeout=_timeout())
         if res.returncode != 0:
             self.stale_head = f"git fetch {self.url} failed: {res.stderr.decode(errors='replace').strip()[-300:]}"
             return False

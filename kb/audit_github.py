@@ -37,6 +37,8 @@ def api_base() -> str:
 class GitHubSource:
     """A repository read through the GitHub REST API; same interface as audit_git.GitSource."""
 
+    cheap_reads = False
+
     def __init__(self, source: Source, client: HttpClient, *, offline: bool, ref: str | None) -> None:
         self.source = source
         self.client = client

@@ -73,8 +73,9 @@ class Finding:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """A plain dict, with the derived flags, for --json and .kb/audit.json."""
-        data = {k: v for k, v in asdict(self).items() if v not in (None, {}, False) or k in ("status",)}
+        """A plain dict, with the derived flags, for --json and .kb/audit-full.json."""
+        # `is` tests: anchor index 0 and empty strings are data, not absence.
+        data = {k: v for k, v in asdict(self).items() if not (v is None or v is False or v == {})}
         data["drifted"] = self.drifted
         data["stale"] = self.stale
         return data

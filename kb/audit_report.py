@@ -16,7 +16,7 @@ MAX_DIFFS = 20
 
 
 def stale_claims(findings: list[Finding]) -> dict[str, str]:
-    """claim id -> reason, for .kb/audit.json: the first stale finding, plus how many more."""
+    """claim id -> reason, for evidence/audit/latest.json: the first stale finding, plus how many more."""
     per: dict[str, list[Finding]] = {}
     for f in findings:
         if f.claim_id and f.stale:

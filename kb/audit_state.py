@@ -1,8 +1,11 @@
 """The last audit's drift findings, as the status derivation reads them.
 
-`kb audit` writes `.kb/audit.json`; a claim whose cited source drifted is
-stale until its anchors are re-pinned. Kept apart from `kb.audit` so that
-status derivation does not import the audit machinery.
+`kb audit` writes a compact, committed summary to `evidence/audit/latest.json`
+(stale claims and per-pin counts), so STATUS.md and the site are a function of
+the files in git; the full findings go to `.kb/audit-full.json` (a local
+cache). A claim whose cited source drifted is stale until its anchors are
+re-pinned. Kept apart from `kb.audit` so that status derivation does not
+import the audit machinery.
 """
 
 from __future__ import annotations
@@ -12,8 +15,13 @@ from pathlib import Path
 
 
 def drift_path(root: Path) -> Path:
-    """Where the last audit's findings live."""
-    return root / ".kb" / "audit.json"
+    """Where the last audit's committed summary lives."""
+    return root / "evidence" / "audit" / "latest.json"
+
+
+def full_path(root: Path) -> Path:
+    """Where the last audit's full findings live (local, ignored by git)."""
+    return root / ".kb" / "audit-full.json"
 
 
 def load_drift(root: Path) -> dict[str, str]:

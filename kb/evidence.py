@@ -58,6 +58,8 @@ def load_evidence(root: Path) -> tuple[list[Run], list[Problem]]:
     problems: list[Problem] = []
     if base.is_dir():
         for path in sorted(base.rglob("*.json")):
+            if path.parent.name == "audit":
+                continue  # the audit summary lives beside the runs but is not a run record
             runs, probs = read_evidence_file(path, str(path.relative_to(root)))
             problems += probs
             for run in runs:

@@ -173,6 +173,17 @@ class Check(Strict):
     expect: dict[str, Comparison] = Field(default_factory=dict)
 
 
+class Experiment(Strict):
+    """A GPU experiment that would decide the claim, not runnable with what kb has here.
+
+    The claim is then `needs-hardware`: the hardware (and the implementation its
+    scope names) is the blocker, not the lack of an executable idea.
+    """
+
+    hardware: str = Field(min_length=2)
+    method: str = Field(min_length=10)
+
+
 class Scope(Strict):
     """What the claim is about: implementation, revision, hardware, dtype, shape, mode."""
 
@@ -197,6 +208,7 @@ class Claim(Strict):
     anchors: list[Anchor] = Field(min_length=1)
     checks: list[Check] = Field(default_factory=list)
     review: str | None = None
+    experiment: Experiment | None = None
     depends_on: list[str] = Field(default_factory=list)
     refines: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
@@ -218,8 +230,8 @@ class Claim(Strict):
 
     @model_validator(mode="after")
     def _review_or_check(self) -> Claim:
-        if not self.checks and not (self.review and self.review.strip()):
-            raise ValueError("a claim with no checks needs a review reason")
+        if not self.checks and not (self.review and self.review.strip()) and self.experiment is None:
+            raise ValueError("a claim with no checks needs a review reason or a pending experiment")
         return self
 
     def content_hash(self) -> str:

@@ -57,14 +57,20 @@ def derive(
     out: list[Status] = []
     for cid, claim in claims.items():
         if not claim.checks:
-            out.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="review-only", reason=claim.review or ""))
+            if claim.experiment is not None:
+                impl = " ".join(x for x in (claim.scope.implementation, claim.scope.revision) if x)
+                running = f" running {impl}" if impl else ""
+                out.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="needs-hardware",
+                                  reason=f"needs {claim.experiment.hardware}{running}: {claim.experiment.method}"))
+            else:
+                out.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="review-only", reason=claim.review or ""))
             continue
         per_class: dict[str, list[Run]] = {}
         for run in by_claim.get(cid, []):
             per_class.setdefault(run.hardware_class, []).append(run)
         class_status: list[Status] = []
         for hw, hw_runs in sorted(per_class.items()):
-            class_status.append(_class_status(claim, hw, hw_runs, registry, drift.get(cid)))
+            class_status.append(_class_status(claim, hw, hw_runs, registry))
         out += class_status
         ran = {r.check_index for r in by_claim.get(cid, []) if r.verdict != "error"}
         missing = [i for i in range(len(claim.checks)) if i not in ran]
@@ -79,15 +85,24 @@ def derive(
                 pending.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="unverified",
                                       reason=f"check {i} ({claim.checks[i].verifier}) has not run"))
         out.append(_overall(cid, class_status, pending))
+    # Drift reaches every claim that cites the drifted lines, checked or not: what it
+    # rests on is no longer what it cited. Per-class statuses keep saying what the
+    # evidence said; only the overall status turns stale. A refutation stays visible:
+    # it is a finding, and drift elsewhere does not undo it.
+    for i, st in enumerate(out):
+        if st.hardware_class != ANY_CLASS or st.claim_id not in drift:
+            continue
+        if st.status == "refuted":
+            out[i] = st.model_copy(update={"reason": f"{st.reason}; also source drift: {drift[st.claim_id]}"})
+        elif st.status != "stale":
+            out[i] = Status(claim_id=st.claim_id, hardware_class=ANY_CLASS, status="stale",
+                            reason=f"source drift: {drift[st.claim_id]} (was {st.status})", run_ids=st.run_ids)
     return out
 
 
-def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec],
-                  drift: str | None) -> Status:
+def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> Status:
     ids = [r.run_id for r in runs]
     stale = [s for r in runs if (s := _stale_reason(claim, r, registry.get(r.verifier)))]
-    if drift:
-        stale.append(f"source drift: {drift}")
     verdicts = {r.verdict for r in runs}
     refuting = [r for r in runs if r.verdict == "refutes"]
     if stale:

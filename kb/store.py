@@ -98,11 +98,10 @@ def input_fingerprint(root: Path) -> str:
             if p.is_file() and p.suffix in (".yaml", ".yml", ".json", ".py"):
                 st = p.stat()
                 h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    for extra in ("audit.json",):
-        p = root / ".kb" / extra
-        if p.exists():
-            st = p.stat()
-            h.update(f"{extra}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    # The derivation code is an input too: a changed status rule must re-derive statuses.
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        st = p.stat()
+        h.update(f"kb/{p.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 

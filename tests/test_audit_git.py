@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from kb import audit_git
 from kb.audit import audit, run_audit
+from kb.audit_model import Finding
 from kb.audit_state import load_drift
 from kb.cli import cli
 from tests.test_audit_support import (
     KERNEL_PIN,
+    Repos,
     build_repos,
     claim,
     commit_tree,
@@ -26,15 +29,15 @@ from tests.test_audit_support import (
 
 
 @pytest.fixture()
-def repos(tmp_path: Path):  # noqa: ANN201
+def repos(tmp_path: Path) -> Repos:
     return build_repos(tmp_path / "repos")
 
 
-def _by_claim(findings, source: str) -> dict:  # noqa: ANN001
+def _by_claim(findings: list[Finding], source: str) -> dict[str | None, Finding]:
     return {f.claim_id: f for f in findings if f.source == source}
 
 
-def test_each_kind_of_drift_is_classified(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_each_kind_of_drift_is_classified(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, drift_claims(repos))
     cfg, db = index(root)
     report = audit(cfg, db, offline=True)
@@ -80,7 +83,7 @@ def test_each_kind_of_drift_is_classified(tmp_path: Path, repos) -> None:  # noq
     assert notes[("t.repo.unchanged", "alpha")].status == "unchanged"
 
 
-def test_one_diff_per_pin_and_one_batch_reader(tmp_path: Path, repos, monkeypatch) -> None:  # noqa: ANN001
+def test_one_diff_per_pin_and_one_batch_reader(tmp_path: Path, repos: Repos, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many anchors on two pins cost one `git diff` per pin, not one per anchor."""
     mid_kernel = git(repos.code, "show", f"{repos.mid}:src/kernel.cu")
     claims = drift_claims(repos) + [
@@ -90,7 +93,7 @@ def test_one_diff_per_pin_and_one_batch_reader(tmp_path: Path, repos, monkeypatc
     calls: list[tuple[str, ...]] = []
     real = audit_git._git
 
-    def spy(path, *args, timeout=None):  # noqa: ANN001, ANN202
+    def spy(path: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
         calls.append(args)
         return real(path, *args, timeout=timeout)
 
@@ -106,28 +109,33 @@ def test_one_diff_per_pin_and_one_batch_reader(tmp_path: Path, repos, monkeypatc
     assert sum(1 for f in report.findings if f.source == "code") == len(claims) - 2
 
 
-def _kb(root: Path, *args: str):  # noqa: ANN202
+def _kb(root: Path, *args: str) -> Result:
     return CliRunner().invoke(cli, ["--root", str(root), "--db", str(root / "kb.db"), *args], catch_exceptions=False)
 
 
-def test_cli_json_exit_code_and_stale_claims(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_cli_json_exit_code_and_stale_claims(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, drift_claims(repos))
     res = _kb(root, "audit", "--offline", "--json")
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
     assert doc["exit_code"] == 1
-    saved = json.loads((root / ".kb" / "audit.json").read_text())
+    saved = json.loads((root / ".kb" / "audit-full.json").read_text())
     stale = saved["stale_claims"]
     assert set(stale) == {"t.repo.edited", "t.repo.deleted", "t.repo.symbol-moved", "t.repo.symbol-rewritten",
                           "t.repo.bad-hash", "t.notes.edited", "t.notes.gone"}
     assert "edited" in stale["t.repo.edited"]
     assert doc["claims"]["t.repo.moved"]["state"] == "drifted"
     assert doc["claims"]["t.repo.unchanged"]["state"] == "unchanged"
-    # What the status derivation reads back.
+    # What the status derivation reads back, and what users then see.
     assert load_drift(root) == stale
+    rows = {r["id"]: r for r in json.loads(_kb(root, "claims", "--json").stdout)}
+    assert rows["t.repo.edited"]["status"] == "stale"
+    assert "source drift" in rows["t.repo.edited"]["status_reason"]
+    assert rows["t.repo.moved"]["status"] != "stale"
+    assert rows["t.repo.unchanged"]["status"] != "stale"
 
 
-def test_table_output_names_pins_and_diffs(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_table_output_names_pins_and_diffs(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, drift_claims(repos))
     res = _kb(root, "audit", "--offline")
     assert res.exit_code == 1
@@ -136,15 +144,15 @@ def test_table_output_names_pins_and_diffs(tmp_path: Path, repos) -> None:  # no
     assert "claims stale" in res.stderr
 
 
-def test_clean_project_exits_zero(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_clean_project_exits_zero(tmp_path: Path, repos: Repos) -> None:
     claims = [claim("t.clean.one", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
     root = write_project(tmp_path / "proj", repos, claims)
     res = _kb(root, "audit", "--offline", "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads((root / ".kb" / "audit.json").read_text())["stale_claims"] == {}
+    assert json.loads((root / ".kb" / "audit-full.json").read_text())["stale_claims"] == {}
 
 
-def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos: Repos) -> None:
     claims = [claim("t.clean.one", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
     root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes)})
     res = _kb(root, "audit", "--offline", "--json")
@@ -157,7 +165,7 @@ def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos) -
     assert "could not check 1 anchor(s) of code" in res.stderr
 
 
-def test_pin_missing_from_clone_is_exit_3_even_offline(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_pin_missing_from_clone_is_exit_3_even_offline(tmp_path: Path, repos: Repos) -> None:
     ghost = "1" * 40
     claims = [claim("t.ghost", {**repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3), "sha": ghost})]
     root = write_project(tmp_path / "proj", repos, claims, pins={"v1": repos.pin, "ghost": ghost})
@@ -168,23 +176,24 @@ def test_pin_missing_from_clone_is_exit_3_even_offline(tmp_path: Path, repos) ->
     assert f["status"] == "unchecked" and "not in the clone" in f["detail"]
 
 
-def test_drift_is_carried_over_when_it_cannot_be_rechecked(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_drift_is_carried_over_when_it_cannot_be_rechecked(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, drift_claims(repos))
     cfg, db = index(root)
     assert run_audit(cfg, db, offline=True) == 1
-    first = json.loads((root / ".kb" / "audit.json").read_text())
-    # The clone disappears: the next offline audit cannot re-check, and must not call anything fresh.
-    write_project(root, repos, drift_claims(repos), clones={"fa-notes": str(repos.notes)})
+    first = json.loads((root / ".kb" / "audit-full.json").read_text())
+    # The clones disappear: the next offline audit cannot re-check, and must not call anything fresh.
+    write_project(root, repos, drift_claims(repos), clones={})
     cfg, db = index(root)
     assert run_audit(cfg, db, offline=True) == 1
-    second = json.loads((root / ".kb" / "audit.json").read_text())
+    second = json.loads((root / ".kb" / "audit-full.json").read_text())
     assert set(first["stale_claims"]) == set(second["stale_claims"])
     carried = [f for f in second["findings"] if f.get("carried_from")]
     assert carried and all(f["extra"]["not_rechecked"].startswith("no local clone") for f in carried)
     assert "not re-checked" in second["stale_claims"]["t.repo.edited"]
+    assert any(f["source"] == "fa-notes" and f["anchor"] == 0 for f in carried)  # index 0 survives the round trip
 
 
-def test_ref_compares_against_another_commit(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_ref_compares_against_another_commit(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, drift_claims(repos))
     cfg, db = index(root)
     report = audit(cfg, db, offline=True, ref=repos.mid)
@@ -194,7 +203,7 @@ def test_ref_compares_against_another_commit(tmp_path: Path, repos) -> None:  # 
     assert code["t.repo.renamed"].status == "unchanged"
 
 
-def test_online_git_clones_and_fetches_into_the_cache(tmp_path: Path, repos, monkeypatch) -> None:  # noqa: ANN001
+def test_online_git_clones_and_fetches_into_the_cache(tmp_path: Path, repos: Repos, monkeypatch: pytest.MonkeyPatch) -> None:
     """Online, with no configured clone: clone --bare into the cache, later fetch; local paths only, no network."""
     claims = [claim("t.k", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 20, 21))]
     root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes)},
@@ -216,7 +225,7 @@ def test_online_git_clones_and_fetches_into_the_cache(tmp_path: Path, repos, mon
     assert f.status == "edited" and f.head == git(repos.code, "rev-parse", "main").strip()
 
 
-def test_failed_fetch_never_reports_unchanged(tmp_path: Path, repos) -> None:  # noqa: ANN001
+def test_failed_fetch_never_reports_unchanged(tmp_path: Path, repos: Repos) -> None:
     claims = [claim("t.k", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
     root = write_project(tmp_path / "proj", repos, claims, code_url=str(tmp_path / "no-such-upstream"))
     cfg, db = index(root)

@@ -8,14 +8,14 @@ on elsewhere. The notes repository edits one section and drops another.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+import sqlite_utils
 import yaml
 
-from kb.config import load_config
+from kb.config import Config, load_config
 from kb.notes import find_section, lines_sha256
 from kb.store import open_index
 
@@ -97,7 +97,8 @@ REDUCE_HEAD = "\n".join(["// util/reduce.cu: new home of the reduction",
 RENAMED = "\n".join(["// old_name.h", "struct Params {", "    int seqlen_q;", "    int seqlen_k;", "};", *_filler("params", 8)]) + "\n"
 GONE = "\n".join(["// gone.cu", "int legacy_path() { return 1; }", *_filler("gone", 3)]) + "\n"
 SCHED_PIN = "\n".join(["// sched.cu", "int tile_scheduler_next(int i) {", "    return i + 1;", "}", *_filler("sched", 6)]) + "\n"
-SCHED_ELSEWHERE = "\n".join(["// scheduler/v2.cu: rewritten", "int tile_scheduler_next(int i) {", "    return i + gridDim.x;", "}"]) + "\n"
+SCHED_ELSEWHERE = "\n".join(["// scheduler/v2.cu: rewritten", "int tile_scheduler_next(int i) {",
+                             "    return i + gridDim.x;", "}"]) + "\n"
 UNTOUCHED = "\n".join(["// untouched.cu", "int stays_put = 1;", "int also = 2;"]) + "\n"
 
 NOTE_PIN = """# Notes
@@ -141,7 +142,6 @@ class Repos:
     mid: str
     notes_pin: str
     notes_head: str
-    blobs: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
 
 def build_repos(tmp: Path) -> Repos:
@@ -221,11 +221,8 @@ def write_project(root: Path, r: Repos, claims: list[dict], *, extra_sources: li
     return root
 
 
-def index(root: Path):  # noqa: ANN201 - returns (Config, sqlite_utils.Database)
+def index(root: Path) -> tuple[Config, sqlite_utils.Database]:
     """Config and an up-to-date index for the project."""
     cfg = load_config(root=root, db=str(root / "kb.db"))
     return cfg, open_index(cfg).db
 
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
