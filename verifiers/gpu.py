@@ -38,6 +38,27 @@ def _resolved(p: AttnParams) -> list[str]:
     return [k["name"] for k in g.kernel_trace(lambda: g.forward_backward(p, x))]
 
 
+def _pass_fn(p: AttnParams, phase: str) -> Any:
+    """A closure running one forward, one backward, or both, on fresh fixed inputs."""
+    import torch
+
+    g = _common()
+    x = g.make_inputs(p, requires_grad=phase != "forward")
+    if phase == "forward":
+        def fn() -> None:
+            with torch.no_grad():
+                g.forward(p, x)
+    elif phase == "both":
+        def fn() -> None:
+            g.forward_backward(p, x)
+    else:
+        o, _ = g.forward(p, x)
+
+        def fn() -> None:
+            o.backward(x["do"], retain_graph=True)
+    return fn
+
+
 class RepeatParams(AttnParams):
     """Repeats and which tensors to digest."""
 
@@ -118,19 +139,7 @@ def profile(p: ProfileParams, ctx: Context) -> Outcome:
 
     g = _common()
     g.set_deterministic(p)
-    x = g.make_inputs(p, requires_grad=p.phase != "forward")
-    if p.phase == "forward":
-        def fn() -> None:
-            with torch.no_grad():
-                g.forward(p, x)
-    elif p.phase == "both":
-        def fn() -> None:
-            g.forward_backward(p, x)
-    else:
-        o, _ = g.forward(p, x)
-
-        def fn() -> None:
-            o.backward(x["do"], retain_graph=True)
+    fn = _pass_fn(p, p.phase)
     fn()  # warm-up: JIT compilation and autotuning stay out of the trace
     trace = g.kernel_trace(fn)
     torch.use_deterministic_algorithms(False)
@@ -228,20 +237,7 @@ def _flops(p: AttnParams, phase: str) -> float:
 def _time_ms(p: AttnParams, phase: str) -> list[float]:
     import torch
 
-    g = _common()
-    x = g.make_inputs(p, requires_grad=phase != "forward")
-    if phase == "forward":
-        def fn() -> None:
-            with torch.no_grad():
-                g.forward(p, x)
-    elif phase == "both":
-        def fn() -> None:
-            g.forward_backward(p, x)
-    else:
-        o, _ = g.forward(p, x)
-
-        def fn() -> None:
-            o.backward(x["do"], retain_graph=True)
+    fn = _pass_fn(p, phase)
     try:
         from triton.testing import do_bench
 

@@ -6,6 +6,7 @@ on purpose: this module is never loaded by the CLI or the registry scan).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -51,6 +52,19 @@ def _sdpa_backend(impl: str) -> Any:
     }[impl]
 
 
+def _causal(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    return q_idx >= kv_idx
+
+
+@functools.lru_cache(maxsize=1)
+def _flex() -> Any:
+    """flex_attention compiled once per worker (the first call JIT-compiles Triton kernels)."""
+    torch = _torch()
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
 def forward(p: AttnShape, x: dict[str, Any]) -> tuple[Any, Any]:
     """Run the implementation's forward; returns (out in BSHD layout, lse or None)."""
     torch = _torch()
@@ -71,9 +85,17 @@ def forward(p: AttnShape, x: dict[str, Any]) -> tuple[Any, Any]:
         if isinstance(res, tuple):
             return res[0], (res[1] if len(res) > 1 else None)
         return res, None
+    q, k, v = (x[n].transpose(1, 2) for n in ("q", "k", "v"))
+    if p.impl == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        mask = None
+        if p.causal:
+            mask = create_block_mask(_causal, None, None, q.shape[2], k.shape[2], device="cuda")
+        out = _flex()(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+        return out.transpose(1, 2), None
     from torch.nn.attention import sdpa_kernel
 
-    q, k, v = (x[n].transpose(1, 2) for n in ("q", "k", "v"))
     with sdpa_kernel([_sdpa_backend(p.impl)]):
         gqa = {"enable_gqa": True} if (p.heads_kv and p.heads_kv != p.heads) else {}
         out = torch.nn.functional.scaled_dot_product_attention(

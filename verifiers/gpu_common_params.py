@@ -6,13 +6,13 @@ from typing import Literal
 
 from kb.registry import Params
 
-Impl = Literal["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "fa4"]
+Impl = Literal["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "fa4", "flex"]
 
 
 class AttnParams(Params):
     """Which implementation, the problem shape and mode, and the architecture the claim is about."""
 
-    impl: Impl = "sdpa-flash"
+    impl: Impl = "sdpa-flash"  # flex = torch.compile'd flex_attention (Triton kernels)
     batch: int = 2
     heads: int = 16
     heads_kv: int | None = None
