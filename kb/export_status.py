@@ -101,6 +101,8 @@ def render_status(db: sqlite_utils.Database) -> str:
             env = json.loads(r["json"]).get("environment", {})
             gpu = env.get("gpu", {})
             lines.append(f"- {r['hardware_class']}: {gpu.get('sm_count', '?')} SMs, torch {env.get('torch', '?')}, "
-                         f"CUDA {env.get('cuda', env.get('torch_cuda', '?'))}, flash_attn {env.get('flash_attn', 'n/a')}")
+                         f"CUDA {env.get('cuda', env.get('torch_cuda', '?'))}, "
+                         f"flash-attn-4 {env.get('packages', {}).get('flash-attn-4', 'n/a')}, "
+                         f"triton {env.get('packages', {}).get('triton', 'n/a')}")
         lines.append("")
     return "\n".join(lines)
