@@ -239,13 +239,19 @@ def _selected(ctx: click.Context, corpus, claim_ids, generation, topic) -> list[
 @click.option("--force", is_flag=True, help="Re-run checks that have current evidence.")
 @click.option("--jobs", "-j", default=2, show_default=True, help="Parallel CPU workers.")
 @click.option("--timeout", type=float, help="Per-check timeout in seconds (default: each verifier's own).")
+@click.option("--online", is_flag=True, help="Fetch cited files of GitHub-hosted sources that have no local clone.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | None, topic: str | None,
            kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
-           as_json: bool) -> None:
+           online: bool, as_json: bool) -> None:
     """Run the checks this machine can run; record evidence; print a summary."""
+    import os
+
     from kb.verify import run_verify
+
+    if online:
+        os.environ["KB_ONLINE"] = "1"  # read by the plan and inherited by the workers
 
     cfg = _cfg(ctx)
     index = _index(ctx)

@@ -74,7 +74,8 @@ def clone_paths(cfg: Config, corpus: Corpus) -> dict[str, str]:
     return out
 
 
-def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clones: dict[str, str]) -> str | None:
+def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clones: dict[str, str],
+           sources: dict[str, Any]) -> str | None:
     req = requirements_for(spec, check_params)
     if req.cuda:
         g = gpus()
@@ -91,9 +92,12 @@ def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clone
     if req.git_source:
         ix = check_params.get("anchor", 0)
         src = claim.anchors[ix].source if ix < len(claim.anchors) else "?"
-        if src not in clones:
+        url = (sources.get(src).url or "") if sources.get(src) else ""
+        online_ok = bool(os.environ.get("KB_ONLINE")) and url.startswith("https://github.com/")
+        if src not in clones and not online_ok:
             var = "KB_CLONE_" + src.upper().replace("-", "_")
-            return f"needs a local clone of {src} (offline: set [clones] in kb.local.toml or {var})"
+            return (f"needs a local clone of {src} (set [clones] in kb.local.toml or {var}), "
+                    "or `kb verify --online` for a GitHub-hosted source")
     return None
 
 
@@ -109,7 +113,7 @@ def make_plan(corpus: Corpus, claim_ids: list[str], registry: dict[str, Verifier
             spec = registry[check.verifier]
             if kinds and spec.kind not in kinds:
                 continue
-            why = _unmet(spec, claim, check.params, clones)
+            why = _unmet(spec, claim, check.params, clones, corpus.sources)
             if why:
                 plan.skipped.append((cid, i, spec.id, why))
                 continue

@@ -206,3 +206,57 @@ def test_ctrl_c_keeps_finished_runs_and_a_consistent_index(project: Path) -> Non
     assert kb_subprocess(project, "validate").returncode == 0  # evidence files are whole
     runs = [r for f in (project / "evidence").rglob("*.json") for r in json.loads(f.read_text())["runs"]]
     assert sorted(r["claim_id"] for r in runs) == ["test.arith.four", "test.arith.wrong"]
+
+
+def test_source_check_online_fetch(project: Path, tmp_path: Path) -> None:
+    """--online reads a GitHub-hosted file at the pinned SHA over HTTP (a loopback server here)."""
+    import http.server
+    import threading
+
+    sha = "a" * 40
+    body = b"int a;\natomicAdd(dq_accum, x);\nint b;\n"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == f"/owner/repo/{sha}/k.h":
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.path.endswith("/broken.h"):
+                self.send_response(500)
+                self.end_headers()
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (project / "sources" / "testrepo.yaml").write_text(
+            f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://github.com/owner/repo\n    pins:\n      main: {sha}\n")
+        digest = lines_sha256(body, 2, 2)[0]
+        base = claim("x.y")["anchors"][0]
+        anchor = {"source": "testrepo", "sha": sha, "path": "k.h", "lines": [2, 2], "sha256": digest}
+
+        def src_claim(cid: str, **a: object) -> dict:
+            return claim(cid, label="source-backed", anchors=[base, {**anchor, **a}],
+                         checks=[{"verifier": "source.lines", "params": {"anchor": 1, "tokens": ["atomicAdd"]}}])
+
+        write_claims(project, "src", [src_claim("test.web.ok"), src_claim("test.web.gone", path="gone.h"),
+                                      src_claim("test.web.broken", path="broken.h")])
+        env = {"KB_RAW_BASE": f"http://127.0.0.1:{server.server_address[1]}", "KB_HTTP_CACHE": str(tmp_path / "cache")}
+        offline = json.loads(kb_subprocess(project, "verify", "--plan", "--json", env=env).stdout)
+        assert all(r["action"] == "skip" for r in offline if r["check"].startswith("test.web"))
+        res = kb_subprocess(project, "verify", "--online", "--json", env=env)
+        summary = json.loads(res.stdout)
+        assert "test.web.gone" in summary["refuted"]  # 404 at a pinned SHA: the anchor is wrong
+        assert "test.web.ok" not in summary["refuted"]
+        errors = {e["check"]: e["reason"] for e in summary["errors"]}
+        assert "HTTP 500" in errors["test.web.broken#0"]  # a server fault is a harness error, not evidence
+        assert (tmp_path / "cache" / "raw" / "owner" / "repo" / sha / "k.h").read_bytes() == body
+    finally:
+        server.shutdown()

@@ -1,10 +1,50 @@
-"""Source checks: the cited lines at the pinned SHA hash as recorded and hold the cited tokens."""
+"""Source checks: the cited lines at the pinned SHA hash as recorded and hold the cited tokens.
+
+The file is read from a local clone when one is configured; with `kb verify
+--online` (KB_ONLINE=1) a GitHub-hosted file is fetched once per (SHA, path)
+from raw.githubusercontent.com and kept in `.kb/http-cache/raw/` — content at a
+full SHA never changes, so the cache never needs revalidating.
+"""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from kb.gitsrc import GitRepo
 from kb.notes import lines_sha256
 from kb.registry import Context, Outcome, Params, Requirements, verifier
+
+
+class FetchError(RuntimeError):
+    """The file could not be fetched: a harness problem, never evidence about the claim."""
+
+
+def fetch_raw(repo_url: str, sha: str, path: str) -> bytes | None:
+    """File bytes at a commit from GitHub's raw host (cached on disk); None when it does not exist."""
+    import requests
+
+    slug = repo_url.removeprefix("https://github.com/").strip("/")
+    if not slug or slug == repo_url:
+        raise FetchError(f"{repo_url} is not a GitHub repository; configure a local clone")
+    cache = Path(os.environ.get("KB_HTTP_CACHE", ".kb/http-cache")) / "raw" / slug / sha / path
+    if cache.exists():
+        return cache.read_bytes()
+    base = os.environ.get("KB_RAW_BASE", "https://raw.githubusercontent.com").rstrip("/")
+    try:
+        resp = requests.get(f"{base}/{slug}/{sha}/{path}", timeout=float(os.environ.get("KB_HTTP_TIMEOUT", "20")))
+    except requests.RequestException as exc:
+        raise FetchError(f"fetching {path} at {sha[:12]} failed: {exc}") from exc
+    if resp.status_code == 404:
+        return None
+    if resp.status_code != 200:
+        raise FetchError(f"fetching {path} at {sha[:12]} answered HTTP {resp.status_code}")
+    expected = resp.headers.get("Content-Length")
+    if expected is not None and int(expected) != len(resp.content):
+        raise FetchError(f"fetching {path} at {sha[:12]} returned a truncated body")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(resp.content)
+    return resp.content
 
 
 class SourceLinesParams(Params):
@@ -21,13 +61,16 @@ def source_lines(p: SourceLinesParams, ctx: Context) -> Outcome:
     """Read the anchored span from a local clone and compare hash and tokens."""
     anchor = ctx.claim["anchors"][p.anchor]
     clone = ctx.clones.get(anchor["source"])
-    if not clone:
+    if clone:
+        repo = GitRepo(clone)
+        try:
+            blob = repo.read(anchor["sha"], anchor["path"])
+        finally:
+            repo.close()
+    elif os.environ.get("KB_ONLINE"):
+        blob = fetch_raw(ctx.sources[anchor["source"]].get("url") or "", anchor["sha"], anchor["path"])
+    else:
         return Outcome(verdict="skipped", reason=f"no local clone of {anchor['source']} configured (offline)")
-    repo = GitRepo(clone)
-    try:
-        blob = repo.read(anchor["sha"], anchor["path"])
-    finally:
-        repo.close()
     if blob is None:
         return Outcome(measurements={"hash_ok": (False, ""), "tokens_found": (False, "")},
                        verdict="refutes", reason=f"{anchor['path']} does not exist at {anchor['sha'][:12]}")
