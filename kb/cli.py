@@ -342,11 +342,23 @@ def export_prov(ctx: click.Context, output: Path | None) -> None:
 @click.option("--backend", type=click.Choice(["git", "http"]), default="git", show_default=True,
               help="How repositories are compared: local clone cache (git) or GitHub's REST API (http).")
 @click.option("--ref", default=None, help="Compare pins against this ref instead of each repository's default head.")
+@click.option("--record-web", is_flag=True, help="Fetch web sources that have no content hash and record it in sources/.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, as_json: bool) -> None:
+def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, record_web: bool, as_json: bool) -> None:
     """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check)."""
     from kb.audit import run_audit
+
+    if record_web:
+        from kb.audit_github import api_base
+        from kb.audit_http import HttpClient
+        from kb.audit_record import record_web as do_record
+
+        cfg = _cfg(ctx)
+        results = do_record(cfg.root, HttpClient(cfg.root / ".kb" / "http-cache", auth_base=api_base()))
+        for sid, outcome in results:
+            click.echo(f"{sid}: {outcome}", err=True)
+        ctx.exit(3 if any(o.startswith("not recorded") for _, o in results) else 0)
 
     ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, ref=ref, as_json=as_json))
 

@@ -217,7 +217,7 @@ def test_source_check_online_fetch(project: Path, tmp_path: Path) -> None:
     body = b"int a;\natomicAdd(dq_accum, x);\nint b;\n"
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             if self.path == f"/owner/repo/{sha}/k.h":
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
