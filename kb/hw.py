@@ -83,7 +83,25 @@ def full_fingerprint() -> dict[str, Any]:
             "memory_bytes": props.total_memory,
         }
         env["cudnn"] = torch.backends.cudnn.version()
+        env["clocks"] = clocks()
     return env
+
+
+def clocks() -> dict[str, Any]:
+    """SM and memory clocks (current and maximum, MHz) as nvidia-smi reads them now.
+
+    Recorded with every GPU run: the H200 is used with clock control off, so a
+    timing is only comparable with the clocks it ran at.
+    """
+    try:
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu",
+             "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        vals = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return {}
+    keys = ["sm_mhz", "mem_mhz", "max_sm_mhz", "max_mem_mhz", "power_w", "temperature_c"]
+    return dict(zip(keys, vals, strict=False))
 
 
 def probe() -> dict:
