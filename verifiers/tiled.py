@@ -44,6 +44,13 @@ def _mask(i0: int, i1: int, j0: int, j1: int, causal: bool):
     return cols > rows
 
 
+def _scores(q, k, i0: int, i1: int, j0: int, j1: int, scale: float, causal: bool):
+    """Scaled scores of one (Q tile, K tile) pair, with causal positions set to -inf."""
+    s = q[i0:i1] @ k[j0:j1].T * scale
+    mk = _mask(i0, i1, j0, j1, causal)
+    return s if mk is None else s.masked_fill(mk, float("-inf"))
+
+
 def _skip(i1: int, j0: int, causal: bool) -> bool:
     # Causal: a K tile starting after the Q tile's last row contributes nothing.
     return causal and j0 > i1 - 1
@@ -63,10 +70,7 @@ def forward_fa1(q, k, v, p: TiledParams):
             i1 = min(i0 + p.block_q, n)
             if _skip(i1, j0, p.causal):
                 continue
-            s = q[i0:i1] @ k[j0:j1].T * scale
-            mk = _mask(i0, i1, j0, j1, p.causal)
-            if mk is not None:
-                s = s.masked_fill(mk, float("-inf"))
+            s = _scores(q, k, i0, i1, j0, j1, scale, p.causal)
             mt = s.max(1, keepdim=True).values
             pt = torch.exp(s - mt)
             lt = pt.sum(1, keepdim=True)
@@ -95,10 +99,7 @@ def forward_fa2(q, k, v, p: TiledParams):
             j1 = min(j0 + p.block_k, n)
             if _skip(i1, j0, p.causal):
                 break
-            s = q[i0:i1] @ k[j0:j1].T * scale
-            mk = _mask(i0, i1, j0, j1, p.causal)
-            if mk is not None:
-                s = s.masked_fill(mk, float("-inf"))
+            s = _scores(q, k, i0, i1, j0, j1, scale, p.causal)
             m_new = torch.maximum(m, s.max(1, keepdim=True).values)
             pt = torch.exp(s - m_new)
             alpha = torch.exp(m - m_new)
@@ -123,10 +124,7 @@ def backward_tiled(q, k, v, do, o, lse, p: TiledParams):
             i1 = min(i0 + p.block_q, n)
             if _skip(i1, j0, p.causal):
                 continue
-            s = q[i0:i1] @ k[j0:j1].T * scale
-            mk = _mask(i0, i1, j0, j1, p.causal)
-            if mk is not None:
-                s = s.masked_fill(mk, float("-inf"))
+            s = _scores(q, k, i0, i1, j0, j1, scale, p.causal)
             pt = torch.exp(s - lse[i0:i1])
             dv[j0:j1] += pt.T @ do[i0:i1]
             dp = do[i0:i1] @ v[j0:j1].T
