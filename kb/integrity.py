@@ -78,7 +78,8 @@ def _check_problems(corpus: Corpus, claim: Claim) -> list[Problem]:
                 out.append(_claim_problem(corpus, claim, ploc, err["msg"].removeprefix("Value error, ")))
             continue
         anchor_ix = getattr(params, "anchor", None)
-        if spec.kind == "source-check" and anchor_ix is not None:
+        # Only a line check needs a line span; commit-level checks (source.commit) cite a commit.
+        if spec.id == "source.lines" and anchor_ix is not None:
             if not 0 <= anchor_ix < len(claim.anchors):
                 out.append(_claim_problem(corpus, claim, (*loc, "params", "anchor"), f"anchor index {anchor_ix} is out of range"))
             else:
