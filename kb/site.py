@@ -129,6 +129,22 @@ def _write_index(data: SiteData, out: Path) -> None:
     _write(out / "claims-index.js", "window.KB_CLAIMS = " + text.replace("<", "\\u003c") + ";\n")
 
 
+def changes_since(out: Path, data: SiteData) -> dict[str, Any] | None:
+    """What changed since the export already in `out` (its claims.json): new, removed, status moves.
+
+    None when there is no earlier export to compare with (a first build, or CI's fresh folder).
+    """
+    prev_path = out / "claims.json"
+    try:
+        prev = json.loads(prev_path.read_text(encoding="utf-8"))
+        before = {c["id"]: c["status"] for c in prev.get("claims", [])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    now = {c["id"]: c["overall"]["status"] for c in data.claims}
+    moved = sorted((cid, before[cid], st) for cid, st in now.items() if cid in before and before[cid] != st)
+    return {"added": sorted(set(now) - set(before)), "removed": sorted(set(before) - set(now)), "moved": moved}
+
+
 def _remove_stale_pages(folder: Path, keep: set[str]) -> None:
     """Claim pages from an earlier build whose claim is gone (only *.html we could have written)."""
     for f in folder.glob("*.html"):
@@ -145,11 +161,12 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
     (out / "claims").mkdir(exist_ok=True)
     _copy_static(base / "static", out / "static")
     _write(out / ".nojekyll", "")
+    changes = changes_since(out, data)  # read the previous claims.json before overwriting it
     _write_index(data, out)
 
     topics = sorted({t for c in data.claims for t in c["topics"]}, key=lambda t: TOPICS.index(t) if t in TOPICS else 999)
     pages = {
-        "index.html": ("index.html", _dashboard_context(data)),
+        "index.html": ("index.html", {**_dashboard_context(data), "changes": changes}),
         "claims.html": ("claims.html", {"claims": data.claims, "topics": topics, "classes": data.classes,
                                         "sources": sorted(data.sources)}),
         "matrix.html": ("matrix.html", {"claims": [c for c in data.claims if c.get("checks")], "classes": data.classes}),

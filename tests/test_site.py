@@ -265,3 +265,20 @@ def test_served_over_http_uses_claims_json(site: Path, browser: Any) -> None:
         assert not _severe(browser)
     finally:
         server.shutdown()
+
+
+def test_dashboard_shows_changes_since_previous_export(site: Path) -> None:
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert "No earlier export in this folder" in index  # the first build has nothing to compare with
+    proj = site.parent
+    # Drop the evidence (a status moves) and add a claim, then export into the same folder again.
+    shutil.rmtree(proj / "evidence")
+    data = yaml.safe_load((proj / "claims" / "x.yaml").read_text())
+    data["claims"].append({**copy.deepcopy(data["claims"][0]), "id": "t.fa2.fwd-new-claim"})
+    (proj / "claims" / "x.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    cfg = load_config(root=proj, db=str(proj / "kb.db"))
+    build_site(open_index(cfg).db, cfg, site)
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert "1 new claim(s), 0 removed, 1 status change(s)" in index
+    assert 'href="claims/t.fa2.fwd-new-claim.html"' in index
+    assert 'href="claims/t.fa2.fwd-repeatable.html"' in index
