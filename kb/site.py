@@ -45,7 +45,7 @@ from kb.site_data import (
     run_view,
     source_links,
 )
-from kb.site_svg import stacked_bars
+from kb.site_svg import stacked_bars, value_bars
 from kb.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
 PACKAGE_SITE = Path(__file__).resolve().parent.parent / "site"
@@ -81,6 +81,32 @@ def _render(tpl: Template, path: Path, **ctx: Any) -> None:
     _write(path, tpl.render(**ctx))
 
 
+def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
+    """One inline chart per hardware class: the latest TFLOP/s of each throughput claim, against the peak."""
+    charts = []
+    per_class: dict[str, list[tuple[str, float, str]]] = {}
+    peaks: dict[str, float] = {}
+    for c in data.claims:
+        seen: set[str] = set()
+        for r in c["runs"]:  # newest first
+            tf = (r.get("measurements") or {}).get("tflops")
+            if r.get("verifier") != "gpu.benchmark" or not tf or r["hardware_class"] in seen:
+                continue
+            seen.add(r["hardware_class"])
+            impl = (r.get("params") or {}).get("impl", "sdpa-flash")
+            per_class.setdefault(r["hardware_class"], []).append((f"{impl} · {c['id']}", float(tf["value"]),
+                                                                  f"claims/{c['id']}.html"))
+            # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
+            for sid, src in data.sources.items():
+                peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
+                if src.get("kind") == "hardware" and peak and f" {sid} " in f" {r['hardware_class']} ":
+                    peaks[r["hardware_class"]] = float(peak)
+    for hw, rows in sorted(per_class.items()):
+        ref = ("dense bf16 peak", peaks[hw]) if hw in peaks else None
+        charts.append((hw, value_bars(sorted(rows, key=lambda x: -x[1]), "TFLOP/s", f"Measured TFLOP/s on {hw}", ref)))
+    return charts
+
+
 def _dashboard_context(data: SiteData) -> dict[str, Any]:
     gens = count_by(data.claims, "generation", GENERATIONS)
     labels = count_by(data.claims, "label", LABELS)
@@ -93,6 +119,7 @@ def _dashboard_context(data: SiteData) -> dict[str, Any]:
         "label_chart": stacked_bars(labels, STATUSES, lambda g, s: _filter_href(label=g, status=s),
                                     "Claims per label by status"),
         "hardware": hardware_summary(data), "pending": pending_hardware(data.claims),
+        "benchmarks": _benchmarks(data),
         "filter_href": _filter_href,
     }
 
