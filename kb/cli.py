@@ -97,6 +97,7 @@ def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
 @click.option("--label", type=click.Choice(LABELS))
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--source", help="Only claims anchored in this source id.")
+@click.option("--arch", help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array.")
 @click.option("--nl", is_flag=True, help="Newline-delimited JSON.")
 @click.pass_context
@@ -150,6 +151,9 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     click.echo("checks:" if rec.get("checks") else f"review-only: {rec.get('review')}")
     for i, c in enumerate(rec.get("checks", [])):
         click.echo(f"  {i}. {c['verifier']} {c.get('params', {})} expect {c.get('expect', {})}")
+    for rel in ("depends_on", "refines", "supersedes"):
+        if rec.get(rel):
+            click.echo(f"{rel.replace('_', ' ')}: " + ", ".join(rec[rel]))
     click.echo("status:")
     for s in rec["status"]:
         click.echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {s['reason']}")

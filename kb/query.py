@@ -21,9 +21,12 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
 
 def list_claims(db: sqlite_utils.Database, generation: str | None = None, topic: str | None = None,
                 phase: str | None = None, label: str | None = None, status: str | None = None,
-                source: str | None = None) -> list[dict[str, Any]]:
-    """Claims matching every given filter, ordered by id."""
+                source: str | None = None, arch: str | None = None) -> list[dict[str, Any]]:
+    """Claims matching every given filter, ordered by id (`arch` matches within the scope's arch text)."""
     where, args = [], []
+    if arch:
+        where.append("c.arch LIKE ?")
+        args.append(f"%{arch}%")
     for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status)):
         if val:
             where.append(f"{col} = ?")

@@ -82,3 +82,11 @@ def test_every_command_is_documented_in_the_readme() -> None:
             names.append(f"kb {name}")
     missing = [n for n in names if f"`{n}" not in readme]
     assert not missing, f"commands missing from README.md: {missing}"
+
+
+def test_arch_filter(project: Path, run_kb) -> None:
+    from tests.conftest import claim, write_claims
+
+    write_claims(project, "arch", [claim("test.arch.hopper", scope={"arch": "sm_90 (H200)"})])
+    rows = json.loads(run_kb("claims", "--arch", "sm_90", "--json").output)
+    assert [r["id"] for r in rows] == ["test.arch.hopper"]
