@@ -123,3 +123,18 @@ def probe() -> dict:
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         env["probe_error"] = "could not query the CUDA runtime (torch missing or CUDA unusable)"
     return env
+
+
+def find_tool(name: str) -> str | None:
+    """Path of a CUDA tool: on PATH, in this Python's nvidia-* wheels, or under /usr/local/cuda."""
+    import sys
+    from pathlib import Path
+
+    found = shutil.which(name)
+    if found:
+        return found
+    for base in (Path(sys.prefix) / "lib", Path(sys.prefix) / "Lib"):
+        for cand in base.glob(f"python*/site-packages/nvidia/cu*/bin/{name}"):
+            return str(cand)
+    cand = Path("/usr/local/cuda/bin") / name
+    return str(cand) if cand.exists() else None

@@ -37,6 +37,7 @@ class Requirements:
     packages: tuple[str, ...] = ()
     min_gpu_memory_gb: float = 0.0
     git_source: bool = False  # needs a local clone of the anchored repository
+    tools: tuple[str, ...] = ()  # executables, e.g. nvcc, cuobjdump (found by kb.hw.find_tool)
 
     def describe(self) -> str:
         """Human text such as 'CUDA sm_90..sm_90, package flash_attn'."""
@@ -49,6 +50,7 @@ class Requirements:
                 cc += f" {lo}" if lo == hi else f" {lo or 'any'}..{hi or 'newer'}"
             parts.append(cc)
         parts += [f"package {p}" for p in self.packages]
+        parts += [f"tool {t}" for t in self.tools]
         if self.git_source:
             parts.append("a local clone of the cited repository")
         return ", ".join(parts) or "nothing"
@@ -123,6 +125,7 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
         packages=pkgs,
         min_gpu_memory_gb=req.min_gpu_memory_gb,
         git_source=req.git_source,
+        tools=req.tools,
     )
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kb.config import Config
-from kb.hw import gpu_class, gpus, machine
+from kb.hw import find_tool, gpu_class, gpus, machine
 from kb.loader import Corpus
 from kb.models import Claim, Measurement, Run
 from kb.registry import VerifierSpec, requirements_for
@@ -86,6 +86,9 @@ def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clone
             return f"needs {req.describe()}; this machine's GPU is sm_{cc}"
         if g[0]["memory_mib"] / 1024 < req.min_gpu_memory_gb:
             return f"needs {req.min_gpu_memory_gb} GB of GPU memory"
+    for tool in req.tools:
+        if find_tool(tool) is None:
+            return f"needs the tool {tool} (CUDA toolkit or the nvidia-cuda-{tool} wheel), which is not installed"
     for pkg in req.packages:
         if importlib.util.find_spec(pkg) is None:
             return f"needs the Python package {pkg}, which is not installed"

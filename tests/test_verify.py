@@ -260,3 +260,26 @@ def test_source_check_online_fetch(project: Path, tmp_path: Path) -> None:
         assert (tmp_path / "cache" / "raw" / "owner" / "repo" / sha / "k.h").read_bytes() == body
     finally:
         server.shutdown()
+
+
+@pytest.mark.skipif(any(__import__("kb.hw", fromlist=["find_tool"]).find_tool(t) is None
+                        for t in ("nvcc", "cuobjdump", "nvdisasm")),
+                    reason="needs nvcc, cuobjdump and nvdisasm (CUDA toolkit or nvidia-cuda-* wheels)")
+def test_toolchain_compile_supports_and_refutes(project: Path) -> None:
+    code = "__global__ void k(float* o, const float* x) { o[threadIdx.x] = exp2f(x[threadIdx.x]); }\n"
+    hopper_only = '__global__ void k(float* o) { asm volatile("setmaxnreg.inc.sync.aligned.u32 240;"); o[0] = 1.f; }\n'
+
+    def chk(cid: str, params: dict, expect: dict) -> dict:
+        return claim(cid, checks=[{"verifier": "toolchain.compile", "params": params, "expect": expect}])
+
+    sass = {"code": code, "arch": "sm_90", "flags": ["--use_fast_math"], "inspect": "sass"}
+    write_claims(project, "tc", [
+        chk("test.tc.mufu", {**sass, "tokens": ["MUFU.EX2"]}, {"tokens_found": {"is": True}}),
+        chk("test.tc.neg-mufu", {**sass, "tokens": ["HGMMA"]}, {"tokens_found": {"is": True}}),
+        chk("test.tc.sm80-rejects", {"code": hopper_only, "arch": "sm_80"}, {"compiles": {"is": False}}),
+        chk("test.tc.neg-sm80-accepts", {"code": hopper_only, "arch": "sm_80"}, {"compiles": {"is": True}}),
+    ])
+    _, summary = _verify(project)
+    assert summary["errors"] == []
+    assert {"test.tc.neg-mufu", "test.tc.neg-sm80-accepts"} <= set(summary["refuted"])
+    assert not {"test.tc.mufu", "test.tc.sm80-rejects"} & set(summary["refuted"])
