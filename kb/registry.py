@@ -37,6 +37,7 @@ class Requirements:
     packages: tuple[str, ...] = ()
     min_gpu_memory_gb: float = 0.0
     git_source: bool = False  # needs a local clone of the anchored repository
+    online_fallback: bool = False  # ...or, with `kb verify --online`, the file fetched from GitHub
     tools: tuple[str, ...] = ()  # executables, e.g. nvcc, cuobjdump (found by kb.hw.find_tool)
 
     def describe(self) -> str:
@@ -125,6 +126,7 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
         packages=pkgs,
         min_gpu_memory_gb=req.min_gpu_memory_gb,
         git_source=req.git_source,
+        online_fallback=req.online_fallback,
         tools=req.tools,
     )
 

@@ -95,12 +95,14 @@ def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clone
     if req.git_source:
         ix = check_params.get("anchor", 0)
         src = claim.anchors[ix].source if ix < len(claim.anchors) else "?"
-        url = (sources.get(src).url or "") if sources.get(src) else ""
-        online_ok = bool(os.environ.get("KB_ONLINE")) and url.startswith("https://github.com/")
+        s = sources.get(src)
+        url = (s.url or s.repo or "") if s else ""
+        github = url.startswith("https://github.com/")
+        online_ok = req.online_fallback and github and bool(os.environ.get("KB_ONLINE"))
         if src not in clones and not online_ok:
             var = "KB_CLONE_" + src.upper().replace("-", "_")
-            return (f"needs a local clone of {src} (set [clones] in kb.local.toml or {var}), "
-                    "or `kb verify --online` for a GitHub-hosted source")
+            hint = ", or `kb verify --online`" if req.online_fallback and github else ""
+            return f"needs a local clone of {src} (set [clones] in kb.local.toml or {var}{hint})"
     return None
 
 

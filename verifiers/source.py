@@ -56,7 +56,7 @@ class SourceLinesParams(Params):
 
 
 @verifier("source.lines", kind="source-check", params=SourceLinesParams,
-          requires=Requirements(git_source=True), timeout_s=30)
+          requires=Requirements(git_source=True, online_fallback=True), timeout_s=30)
 def source_lines(p: SourceLinesParams, ctx: Context) -> Outcome:
     """Read the anchored span from a local clone and compare hash and tokens."""
     anchor = ctx.claim["anchors"][p.anchor]
@@ -68,7 +68,8 @@ def source_lines(p: SourceLinesParams, ctx: Context) -> Outcome:
         finally:
             repo.close()
     elif os.environ.get("KB_ONLINE"):
-        blob = fetch_raw(ctx.sources[anchor["source"]].get("url") or "", anchor["sha"], anchor["path"])
+        src = ctx.sources[anchor["source"]]
+        blob = fetch_raw(src.get("url") or src.get("repo") or "", anchor["sha"], anchor["path"])
     else:
         return Outcome(verdict="skipped", reason=f"no local clone of {anchor['source']} configured (offline)")
     if blob is None:
