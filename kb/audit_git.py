@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from kb.audit_classify import Change, PinDiff, symbol_line, symbol_parts
-from kb.audit_model import Unchecked
+from kb.audit_model import RepoSide, Unchecked
 from kb.config import Config
 from kb.gitsrc import GitError, GitRepo
 from kb.models import Source
@@ -70,20 +70,13 @@ def _timeout() -> float:
     return float(os.environ.get("KB_GIT_TIMEOUT", "600"))
 
 
-class GitSource:
+class GitSource(RepoSide):
     """One source's clone: fetched when online, compared pin by pin against one head."""
 
     def __init__(self, source: Source, cfg: Config, *, offline: bool, ref: str | None) -> None:
-        self.source = source
+        super().__init__(source, offline=offline, ref=ref)
         self.url = source.url or source.repo or ""
         self.path = clone_dir(cfg, source.id)
-        self.offline = offline
-        self.ref = ref
-        self.head = ""
-        self.head_ref = ""
-        self.notes: list[str] = []
-        # Set when online but the fetch failed: head is only the local clone's.
-        self.stale_head: str | None = None
         self._repo: _BatchRepo | None = None
         self._missing: set[str] = set()
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from kb.audit_classify import Change, PinDiff
 from kb.audit_http import FetchError, HttpClient, NotFound, Response
-from kb.audit_model import Unchecked
+from kb.audit_model import RepoSide, Unchecked
 from kb.models import Source
 
 GITHUB_FILES_CAP = 300
@@ -34,20 +34,14 @@ def api_base() -> str:
     return os.environ.get("KB_GITHUB_API", "https://api.github.com").rstrip("/")
 
 
-class GitHubSource:
+class GitHubSource(RepoSide):
     """A repository read through the GitHub REST API; same interface as audit_git.GitSource."""
 
     cheap_reads = False
 
     def __init__(self, source: Source, client: HttpClient, *, offline: bool, ref: str | None) -> None:
-        self.source = source
+        super().__init__(source, offline=offline, ref=ref)
         self.client = client
-        self.offline = offline
-        self.ref = ref
-        self.head = ""
-        self.head_ref = ""
-        self.notes: list[str] = []
-        self.stale_head: str | None = None
         m = _GITHUB.match(source.url or "")
         self.slug = f"{m.group(1)}/{m.group(2)}" if m else None
         self.base = f"{api_base()}/repos/{self.slug}"

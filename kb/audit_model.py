@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kb.models import Anchor
+from kb.models import Anchor, Source
 
 # Statuses, by what they mean for the claim.
 FRESH = {"unchanged"}
@@ -117,3 +117,17 @@ def short_diff(lines: list[str]) -> str:
     if len(lines) <= MAX_DIFF_LINES:
         return "\n".join(lines)
     return "\n".join([*lines[:MAX_DIFF_LINES], f"... ({len(lines) - MAX_DIFF_LINES} more diff lines)"])
+
+
+class RepoSide:
+    """What every repository backend tracks for one source: the head it compares against, and notes."""
+
+    def __init__(self, source: Source, *, offline: bool, ref: str | None) -> None:
+        self.source = source
+        self.offline = offline
+        self.ref = ref
+        self.head = ""
+        self.head_ref = ""
+        self.notes: list[str] = []
+        # Set when online but the refresh failed: head is only what was cached locally.
+        self.stale_head: str | None = None
