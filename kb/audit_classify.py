@@ -243,6 +243,10 @@ def _classify_repo_anchor(ref: AnchorRef, diff: PinDiff, reader: Reader, cache: 
     def mk(status: str, detail: str = "", **kw: object) -> Finding:
         return ref.finding("repo", status, detail, pin=diff.pin, head=diff.head, **kw)
 
+    if not path:
+        # A commit-level anchor (a pinned SHA, no file): commits are immutable, and the pin
+        # was resolved to reach this point, so there is nothing that can have drifted.
+        return mk("unchanged", "commit-level anchor: the pinned commit exists")
     if path in diff.missing:
         return mk("unchecked", f"{path}: its blob is missing from the clone, so its changes are unknown")
     change = diff.changes.get(path)

@@ -232,3 +232,12 @@ def test_failed_fetch_never_reports_unchanged(tmp_path: Path, repos: Repos) -> N
     report = audit(cfg, db, offline=False)
     f = _by_claim(report.findings, "code")["t.k"]
     assert f.status == "unchecked" and "git fetch" in f.detail and "local head" in f.detail
+
+
+def test_commit_level_anchor_is_not_invalid(tmp_path: Path, repos: Repos) -> None:
+    claims = [claim("t.commit.level", {"source": "code", "sha": repos.pin})]
+    root = write_project(tmp_path / "proj", repos, claims)
+    res = _kb(root, "audit", "--offline", "--json")
+    doc = json.loads(res.stdout)
+    found = [f for f in doc["findings"] if f.get("claim_id") == "t.commit.level" and f.get("source") == "code"]
+    assert found and found[0]["status"] == "unchanged", found
