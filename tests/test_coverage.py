@@ -63,3 +63,9 @@ def test_coverage_reports_missing_allowed_and_structural(project: Path, tmp_path
     assert cov["covered"] == ["1-checked-section", "2-parent-only", "21-child-with-a-fact"]
     assert cov["allowed"] == {"3-plan": "a plan, not assertions"}
     assert cov["missing"] == ["4-forgotten"]
+    # The authoring helper reads the same clone and prints what an anchor must record.
+    shown = kb_subprocess(project, "anchor", "fa-notes", "docs/notes/x.md", "4-forgotten",
+                          env={"KB_CLONE_FA_NOTES": str(notes)})
+    assert find_section(NOTE, "4-forgotten").sha256 in shown.stdout
+    missing = kb_subprocess(project, "anchor", "fa-notes", "docs/notes/x.md", "no-such", env={"KB_CLONE_FA_NOTES": str(notes)})
+    assert missing.returncode == 2 and "no heading with slug" in missing.stderr
