@@ -1,3 +1,5 @@
+"""`python -m kb`: the same CLI as the `kb` console script."""
+
 from kb.cli import main
 
 main()
