@@ -376,8 +376,8 @@ def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, reco
 def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...], sha: str | None) -> None:
     """Print what an anchor must record: `kb anchor fa-notes docs/notes/x.md [SLUG]` or
     `kb anchor flash-attention PATH START END --sha SHA` (reads the configured local clone)."""
+    from kb.anchor_tool import AnchorError, describe_lines, describe_note
     from kb.gitsrc import GitRepo
-    from kb.notes import find_section, lines_sha256, sections
     from kb.runner import clone_paths
     from kb.store import corpus_from_index
 
@@ -393,23 +393,18 @@ def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...]
         raise BadInput("give --sha: a repository anchor needs the pinned commit")
     with GitRepo(clone) as repo:
         blob = repo.read(rev, path)
-    if blob is None:
-        raise BadInput(f"{path} does not exist at {rev[:12]}")
-    if src.kind == "notes":
-        secs = [find_section(blob.decode(), where[0])] if where else sections(blob.decode())
-        if secs == [None]:
-            raise BadInput(f"no heading with slug {where[0]!r} in {path}")
-        for sec in secs:
-            click.echo(f"{'#' * sec.level} {sec.slug}  lines {sec.start}-{sec.end}  sha256 {sec.sha256}")
-        return
-    if len(where) != 2:
-        raise BadInput("a repository anchor needs START END line numbers")
-    got = lines_sha256(blob, int(where[0]), int(where[1]))
-    if got is None:
-        raise BadInput(f"lines {where[0]}-{where[1]} run past the end of {path}")
-    click.echo(f"sha256: {got[0]}")
-    for n, line in enumerate(got[1].splitlines(), int(where[0])):
-        click.echo(f"{n:6d}| {line}")
+    try:
+        if blob is None:
+            raise AnchorError(f"{path} does not exist at {rev[:12]}")
+        if src.kind == "notes":
+            out = describe_note(blob.decode("utf-8"), where[0] if where else None)
+        elif len(where) != 2:
+            raise AnchorError("a repository anchor needs START END line numbers")
+        else:
+            out = describe_lines(blob, path, int(where[0]), int(where[1]))
+    except AnchorError as exc:
+        raise BadInput(str(exc)) from None
+    click.echo("\n".join(out))
 
 
 @cli.command()

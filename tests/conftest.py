@@ -78,3 +78,22 @@ def kb_subprocess(root: Path, *args: str, env: dict[str, str] | None = None, tim
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     return subprocess.run([sys.executable, "-m", "kb", *args], capture_output=True, text=True, env=full,
                           timeout=timeout, cwd=root)
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run git in a test repository; stdout stripped."""
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+def commit_files(repo: Path, files: dict[str, str], message: str = "commit", env: dict[str, str] | None = None) -> str:
+    """Write files into a (new or existing) git repository, commit them, and return the commit SHA."""
+    if not (repo / ".git").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        git(repo, "init", "-q")
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", ".")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=Ann Author", "commit", "-qm", message, env=env)
+    return git(repo, "rev-parse", "HEAD")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from kb.notes import find_section
-from tests.conftest import claim, kb_subprocess, write_claims
+from tests.conftest import claim, commit_files, kb_subprocess, write_claims
 
 NOTE = """# Title
 
@@ -31,18 +30,9 @@ dQ is accumulated in FP32.
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
 def test_coverage_reports_missing_allowed_and_structural(project: Path, tmp_path: Path) -> None:
     notes = tmp_path / "notes"
-    (notes / "docs" / "notes").mkdir(parents=True)
-    (notes / "docs" / "notes" / "x.md").write_text(NOTE)
-    _git(notes, "init", "-q")
-    _git(notes, "add", ".")
-    _git(notes, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "notes")
-    sha = _git(notes, "rev-parse", "HEAD")
+    sha = commit_files(notes, {"docs/notes/x.md": NOTE}, "notes")
     (project / "sources" / "notes.yaml").write_text(
         f"sources:\n  - id: fa-notes\n    kind: notes\n    repo: https://github.com/example/notes\n    commit: {sha}\n")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb.notes import lines_sha256
-from tests.conftest import claim, kb_subprocess, write_claims
+from tests.conftest import claim, commit_files, kb_subprocess, write_claims
 
 torch = pytest.importorskip("torch", reason="CPU checks need torch (pip install torch==2.13.0)")
 
@@ -62,18 +62,9 @@ def test_cpu_kinds_support_true_and_refute_false(project: Path) -> None:
     assert code == 1  # something refuted
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
 def test_source_check_supports_and_refutes(project: Path, tmp_path: Path) -> None:
     repo = tmp_path / "up"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "k.h").write_text("int a;\natomicAdd(dq_accum, x);\nint b;\n")
-    _git(repo, "add", ".")
-    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
-    sha = _git(repo, "rev-parse", "HEAD")
+    sha = commit_files(repo, {"k.h": "int a;\natomicAdd(dq_accum, x);\nint b;\n"}, "one")
     (project / "sources" / "testrepo.yaml").write_text(
         f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n")
     digest = lines_sha256((repo / "k.h").read_bytes(), 2, 2)[0]

@@ -7,12 +7,11 @@ Every identity runs twice: once with the expectation the identity makes true
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import claim, kb_subprocess, write_claims
+from tests.conftest import claim, commit_files, git, kb_subprocess, write_claims
 
 torch = pytest.importorskip("torch", reason="CPU checks need torch (pip install torch==2.13.0)")
 
@@ -114,26 +113,14 @@ def test_unknown_identity_is_a_validation_error(project: Path) -> None:
     assert "identity" in res.stdout + res.stderr
 
 
-def _git(repo: Path, *args: str, env: dict | None = None) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                          env=env).stdout.strip()
-
-
 def test_source_commit_supports_refutes_and_skips(project: Path, tmp_path: Path) -> None:
     import os
 
     repo = tmp_path / "up"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "a.txt").write_text("one\n")
-    _git(repo, "add", ".")
     env = {**os.environ, "GIT_AUTHOR_DATE": "2023-07-17T10:00:00+00:00", "GIT_COMMITTER_DATE": "2023-07-17T10:00:00+00:00"}
-    _git(repo, "-c", "user.email=t@t", "-c", "user.name=Ann Author", "commit", "-qm", "First release", env=env)
-    first = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "tag", "v1.0.0")
-    (repo / "a.txt").write_text("two\n")
-    _git(repo, "-c", "user.email=t@t", "-c", "user.name=Ann Author", "commit", "-qam", "Second", env=env)
-    second = _git(repo, "rev-parse", "HEAD")
+    first = commit_files(repo, {"a.txt": "one\n"}, "First release", env=env)
+    git(repo, "tag", "v1.0.0")
+    second = commit_files(repo, {"a.txt": "two\n"}, "Second", env=env)
     (project / "sources" / "testrepo.yaml").write_text(
         f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n"
         f"    pins:\n      v1: {first}\n      v2: {second}\n")
