@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kb.audit import audit  # noqa: E402
+from kb.audit.run import audit  # noqa: E402
 from kb.config import load_config  # noqa: E402
-from kb.integrity import validate  # noqa: E402
-from kb.store import open_index  # noqa: E402
+from kb.index.store import open_index  # noqa: E402
+from kb.records.integrity import validate  # noqa: E402
 
 MIRRORS = {"flash-attention": "/work/.mirror/Dao-AILab+flash-attention/repo", "fa-notes": "/work/.mirror/zyeric+fa-notes/repo"}
 BUDGET_S = 5.0

@@ -53,7 +53,7 @@ def main() -> None:
     """Print the figures."""
     sys.path.insert(0, str(ROOT))
     from kb.config import load_config
-    from kb.store import open_index
+    from kb.index.store import open_index
 
     subprocess.run([*KB, "claims", "--json"], cwd=ROOT, capture_output=True, check=False)  # warm the index
     print(f"kb --help            median of 5: {timed([*KB, '--help'], ROOT):.3f} s (target <= 0.5)")

@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kb.config import load_config  # noqa: E402
-from kb.models import Claim, Run  # noqa: E402
-from kb.registry import load_all  # noqa: E402
-from kb.site import build_site  # noqa: E402
-from kb.store import IndexError_, open_index  # noqa: E402
-from kb.vocab import GENERATIONS, LABELS, PHASES, TOPICS  # noqa: E402
+from kb.export.site.build import build_site  # noqa: E402
+from kb.index.store import IndexError_, open_index  # noqa: E402
+from kb.records.models import Claim, Run  # noqa: E402
+from kb.records.vocab import GENERATIONS, LABELS, PHASES, TOPICS  # noqa: E402
+from kb.verify.registry import load_verifiers  # noqa: E402
 
 WORDS = ("tile", "softmax", "atomic", "warp", "register", "pipeline", "barrier", "causal", "split", "cluster",
          "tensor", "memory", "dQ", "dK", "rescale", "exp2", "TMA", "WGMMA", "occupancy", "shuffle")
@@ -113,7 +113,7 @@ def _synthetic_claims(n: int) -> list[dict[str, Any]]:
 
 def _synthetic_runs(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Current evidence for most checked claims: supports on H200, some refutes on A100, an old error."""
-    registry = load_all()
+    registry = load_verifiers(ROOT / "verifiers")
     runs = []
     for i, c in enumerate(claims):
         if not c["checks"] or i % 7 == 0:

@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from kb.config import Config, load_config
+from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
 from kb.render import emit_json, table
-from kb.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
 
 
 class BadInput(click.ClickException):
@@ -29,7 +29,7 @@ def _cfg(ctx: click.Context) -> Config:
 
 
 def _index(ctx: click.Context, force: bool = False):
-    from kb.store import IndexError_, open_index
+    from kb.index.store import IndexError_, open_index
 
     try:
         return open_index(_cfg(ctx), force=force)
@@ -47,11 +47,7 @@ def _index(ctx: click.Context, force: bool = False):
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
     """kb: a verified knowledge base of FlashAttention claims."""
-    cfg = load_config(root.resolve() if root else None, db)
-    # The project's own verifiers/ package is the one its claims bind to (workers import it from there too).
-    if (cfg.root / "verifiers").is_dir() and str(cfg.root) not in sys.path:
-        sys.path.insert(0, str(cfg.root))
-    ctx.obj = {"cfg": cfg}
+    ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
 
 
 @cli.command()
@@ -59,12 +55,9 @@ def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
 @click.pass_context
 def validate(ctx: click.Context, as_json: bool) -> None:
     """Check every claim and source file; exit 2 with file:line errors."""
-    from kb.evidence import load_evidence
-    from kb.integrity import validate as run_validate
+    from kb.index.store import check_files
 
-    cfg = _cfg(ctx)
-    corpus = run_validate(cfg.root)
-    problems = corpus.problems + load_evidence(cfg.root)[1]
+    corpus, _, _, problems = check_files(_cfg(ctx))
     if as_json:
         emit_json({"claims": len(corpus.claims), "sources": len(corpus.sources),
                    "problems": [p.__dict__ for p in problems]})
@@ -103,7 +96,7 @@ def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
 @click.pass_context
 def claims(ctx: click.Context, as_json: bool, nl: bool, **filters: str | None) -> None:
     """List claims, filtered by generation, topic, phase, label, status or source."""
-    from kb.query import list_claims
+    from kb.index.query import list_claims
 
     _claim_rows(list_claims(_index(ctx).db, **filters), as_json, nl)
 
@@ -115,7 +108,7 @@ def claims(ctx: click.Context, as_json: bool, nl: bool, **filters: str | None) -
 @click.pass_context
 def search(ctx: click.Context, text: str, limit: int, as_json: bool) -> None:
     """Full-text search over claim statements."""
-    from kb.query import search as run_search
+    from kb.index.query import search as run_search
 
     _claim_rows(run_search(_index(ctx).db, text, limit), as_json, False)
 
@@ -126,7 +119,7 @@ def search(ctx: click.Context, text: str, limit: int, as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     """One claim: statement, scope, anchors, checks, status per hardware class, evidence."""
-    from kb.query import get_claim
+    from kb.index.query import get_claim
 
     rec = get_claim(_index(ctx).db, claim_id)
     if rec is None:
@@ -168,7 +161,7 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
 @click.pass_context
 def sources(ctx: click.Context, as_json: bool) -> None:
     """Registered sources: papers, repositories and pins, notes, web pages, hardware."""
-    from kb.query import list_sources
+    from kb.index.query import list_sources
 
     rows = list_sources(_index(ctx).db)
     if as_json:
@@ -189,19 +182,14 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
-def hw(as_json: bool) -> None:
+@click.pass_context
+def hw(ctx: click.Context, as_json: bool) -> None:
     """What this machine is and which verifier kinds it can run."""
-    from kb.hw import probe
-    from kb.registry import load_all
+    from kb.verify.hw import capabilities, probe
+    from kb.verify.registry import load_verifiers
 
     env = probe()
-    reg = load_all()
-    can = {}
-    for kind in VERIFIER_KINDS:
-        specs = [s for s in reg.values() if s.kind == kind]
-        gpu = any(s.is_gpu for s in specs)
-        can[kind] = bool(specs) and (not gpu or bool(env["gpus"]))
-    env["can_run"] = can
+    can = env["can_run"] = capabilities(env, load_verifiers(_cfg(ctx).verifiers_dir))
     if as_json:
         emit_json(env)
         return
@@ -216,22 +204,6 @@ def hw(as_json: bool) -> None:
     click.echo("packages  " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     for kind, ok in can.items():
         click.echo(f"{'can' if ok else 'cannot':>6} run {kind}")
-
-
-def _selected(ctx: click.Context, corpus, claim_ids, generation, topic) -> list[str]:
-    out = []
-    for cid, c in corpus.claims.items():
-        if claim_ids and cid not in claim_ids:
-            continue
-        if generation and c.generation != generation:
-            continue
-        if topic and topic not in c.topics:
-            continue
-        out.append(cid)
-    unknown = [c for c in claim_ids if c not in corpus.claims]
-    if unknown:
-        raise BadInput(f"no claim with id {unknown[0]!r}")
-    return out
 
 
 @cli.command()
@@ -252,16 +224,76 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | Non
     """Run the checks this machine can run; record evidence; print a summary."""
     import os
 
-    from kb.verify import run_verify
+    from kb.verify.session import UnknownClaim
+    from kb.verify.session import verify as run_verify
 
     if online:
         os.environ["KB_ONLINE"] = "1"  # read by the plan and inherited by the workers
 
-    cfg = _cfg(ctx)
-    index = _index(ctx)
-    code = run_verify(cfg, index.db, lambda corpus: _selected(ctx, corpus, claim_ids, generation, topic),
-                      set(kinds) or None, plan_only, force, jobs, timeout, as_json)
-    ctx.exit(code)
+    try:
+        result = run_verify(_cfg(ctx), _index(ctx), claim_ids, generation, topic, set(kinds) or None, plan_only,
+                            force, jobs, timeout, progress=_progress)
+    except UnknownClaim as exc:
+        raise BadInput(str(exc)) from None
+    if plan_only:
+        _render_plan(result.plan, as_json)
+        ctx.exit(0)
+    _render_verify(result, as_json)
+    ctx.exit(result.exit_code)
+
+
+def _progress(total: int) -> Any:
+    """The progress callback for `total` checks (stderr: a bar on a terminal, else refutations and errors)."""
+    from collections import Counter
+
+    done, tty = Counter(), sys.stderr.isatty()
+
+    def tick(task: Any, run: Any) -> None:
+        done["n"] += 1
+        done[run.verdict] += 1
+        if tty:
+            width = 30
+            fill = int(width * done["n"] / max(total, 1))
+            sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done['n']}/{total} "
+                             f"supports {done['supports']} refutes {done['refutes']} errors {done['error']}  ")
+            sys.stderr.flush()
+        elif run.verdict in ("refutes", "error"):
+            sys.stderr.write(f"{run.verdict}: {task.key} {run.reason[:120]}\n")
+
+    return tick
+
+
+def _render_plan(plan: Any, as_json: bool) -> None:
+    rows = [(t.key, t.spec.id, "cached" if t.cached else "run", t.hardware_class) for t in plan.tasks]
+    rows += [(f"{c}#{i}", v, "skip", why) for c, i, v, why in plan.skipped]
+    if as_json:
+        emit_json([dict(zip(("check", "verifier", "action", "why"), r, strict=True)) for r in rows])
+        return
+    click.echo(table(rows, ["check", "verifier", "action", "why / hardware class"]))
+    click.echo(f"{len(plan.to_run)} to run, {len(plan.tasks) - len(plan.to_run)} cached, "
+               f"{len(plan.skipped)} skipped", err=True)
+
+
+def _render_verify(result: Any, as_json: bool) -> None:
+    from collections import Counter
+
+    if sys.stderr.isatty() and result.plan.to_run:
+        sys.stderr.write("\n")
+    if result.interrupted:
+        click.echo(f"interrupted: {len(result.new)} finished run(s) recorded; the rest did not run", err=True)
+        return
+    summary = result.summary()
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(table(sorted(result.status_counts.items()), ["status", "claims"]))
+    verdicts = summary["verdicts"]
+    click.echo(f"ran {summary['ran']}, cached {summary['cached']}, skipped {summary['skipped']}; "
+               + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + f"; {result.seconds:.1f} s", err=True)
+    for cid in summary["refuted"]:
+        click.echo(f"refuted: {cid}", err=True)
+    for why, n in Counter(w for *_, w in result.plan.skipped).most_common(5):
+        click.echo(f"skipped {n}: {why}", err=True)
 
 
 @cli.group()
@@ -274,7 +306,7 @@ def evidence() -> None:
 @click.pass_context
 def evidence_import(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Merge evidence files (content-addressed: re-importing adds nothing)."""
-    from kb.evidence import import_files
+    from kb.verify.evidence import import_files
 
     new, dup, problems = import_files(_cfg(ctx).root, list(files))
     for p in problems:
@@ -296,7 +328,7 @@ def export() -> None:
 @click.pass_context
 def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
     """Write STATUS.md from the knowledge base."""
-    from kb.export_status import render_status
+    from kb.export.status_md import render_status
 
     cfg = _cfg(ctx)
     text = render_status(_index(ctx).db)
@@ -317,7 +349,7 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
 @click.pass_context
 def export_site(ctx: click.Context, output: Path) -> None:
     """Build the static site into a folder."""
-    from kb.site import build_site
+    from kb.export.site.build import build_site
 
     start = time.perf_counter()
     n = build_site(_index(ctx).db, _cfg(ctx), output)
@@ -331,7 +363,7 @@ def export_prov(ctx: click.Context, output: Path | None) -> None:
     """The provenance graph as W3C PROV-JSON."""
     import json
 
-    from kb.prov import prov_document
+    from kb.export.prov import prov_document
 
     doc = prov_document(_index(ctx).db)
     text = json.dumps(doc, indent=1, sort_keys=True)
@@ -351,15 +383,12 @@ def export_prov(ctx: click.Context, output: Path | None) -> None:
 @click.pass_context
 def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, record_web: bool, as_json: bool) -> None:
     """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check)."""
-    from kb.audit import run_audit
+    from kb.audit.run import run_audit
 
     if record_web:
-        from kb.audit_github import api_base
-        from kb.audit_http import HttpClient
-        from kb.audit_record import record_web as do_record
+        from kb.audit.record import record_web as do_record
 
-        cfg = _cfg(ctx)
-        results = do_record(cfg.root, HttpClient(cfg.root / ".kb" / "http-cache", auth_base=api_base()))
+        results = do_record(_cfg(ctx).root)
         for sid, outcome in results:
             click.echo(f"{sid}: {outcome}", err=True)
         ctx.exit(3 if any(o.startswith("not recorded") for _, o in results) else 0)
@@ -376,32 +405,10 @@ def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, reco
 def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...], sha: str | None) -> None:
     """Print what an anchor must record: `kb anchor fa-notes docs/notes/x.md [SLUG]` or
     `kb anchor flash-attention PATH START END --sha SHA` (reads the configured local clone)."""
-    from kb.anchor_tool import AnchorError, describe_lines, describe_note
-    from kb.gitsrc import GitRepo
-    from kb.runner import clone_paths
-    from kb.store import corpus_from_index
+    from kb.pinned.anchor import AnchorError, describe_anchor
 
-    corpus = corpus_from_index(_index(ctx).db)
-    src = corpus.sources.get(source_id)
-    if src is None:
-        raise BadInput(f"source {source_id!r} is not registered")
-    clone = clone_paths(_cfg(ctx), corpus).get(source_id)
-    if not clone:
-        raise BadInput(f"no local clone of {source_id}: set [clones] in kb.local.toml")
-    rev = sha or src.commit
-    if not rev:
-        raise BadInput("give --sha: a repository anchor needs the pinned commit")
-    with GitRepo(clone) as repo:
-        blob = repo.read(rev, path)
     try:
-        if blob is None:
-            raise AnchorError(f"{path} does not exist at {rev[:12]}")
-        if src.kind == "notes":
-            out = describe_note(blob.decode("utf-8"), where[0] if where else None)
-        elif len(where) != 2:
-            raise AnchorError("a repository anchor needs START END line numbers")
-        else:
-            out = describe_lines(blob, path, int(where[0]), int(where[1]))
+        out = describe_anchor(_cfg(ctx), _index(ctx).corpus(), source_id, path, where, sha)
     except AnchorError as exc:
         raise BadInput(str(exc)) from None
     click.echo("\n".join(out))
@@ -412,8 +419,8 @@ def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...]
 @click.pass_context
 def coverage(ctx: click.Context, as_json: bool) -> None:
     """Which sections of the pinned notes have claims; exit 1 if a checkable section has none."""
-    from kb.coverage import CoverageError
-    from kb.coverage import coverage as run_coverage
+    from kb.audit.coverage import CoverageError
+    from kb.audit.coverage import coverage as run_coverage
 
     try:
         files = run_coverage(_cfg(ctx), _index(ctx).db)

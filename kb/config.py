@@ -22,6 +22,21 @@ class Config:
         """Where evidence records are written and read."""
         return self.root / "evidence"
 
+    @property
+    def verifiers_dir(self) -> Path | None:
+        """The verifier package handed to the registry.
+
+        $KB_VERIFIERS, else the project's own `verifiers/`, else the default set
+        that ships beside the kb package in a source checkout; None if none exists.
+        """
+        env = os.environ.get("KB_VERIFIERS")
+        if env:
+            return Path(env).resolve()
+        for cand in (self.root / "verifiers", Path(__file__).resolve().parents[1] / "verifiers"):
+            if (cand / "__init__.py").is_file():
+                return cand
+        return None
+
 
 def find_root(start: Path | None = None) -> Path:
     """The project root: $KB_ROOT, else the nearest folder above with claims/ and sources/."""

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from kb import audit_git
-from kb.audit import audit, run_audit
-from kb.audit_model import Finding
-from kb.audit_state import load_drift
+from kb.audit import git as audit_git
+from kb.audit.model import Finding
+from kb.audit.run import audit, run_audit
+from kb.audit.state import load_drift
 from kb.cli import cli
 from tests.test_audit_support import (
     KERNEL_PIN,

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from kb.audit import AuditReport, audit, run_audit
+from kb.audit.run import AuditReport, audit, run_audit
 from tests.test_audit_support import build_repos, claim, drift_claims, git, index, write_project
 
 PAGE = b"<html><body>Hopper tuning guide, as pinned.</body></html>"

@@ -7,9 +7,9 @@ import json
 import threading
 from pathlib import Path
 
-from kb.audit_http import HttpClient
-from kb.audit_record import record_web
-from kb.loader import load_corpus
+from kb.audit.http import HttpClient
+from kb.audit.record import record_web
+from kb.records.loader import load_corpus
 from tests.conftest import claim, kb_subprocess, write_claims
 
 

@@ -16,8 +16,8 @@ import sqlite_utils
 import yaml
 
 from kb.config import Config, load_config
-from kb.notes import find_section, lines_sha256
-from kb.store import open_index
+from kb.index.store import open_index
+from kb.pinned.notes import find_section, lines_sha256
 
 
 def git(repo: Path, *args: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kb.notes import find_section
+from kb.pinned.notes import find_section
 from tests.conftest import claim, commit_files, kb_subprocess, write_claims
 
 NOTE = """# Title

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kb.hw import gpus
+from kb.verify.hw import gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu-negative" / "claims"

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from kb.config import load_config
-from kb.models import Claim, Run
-from kb.registry import load_all
-from kb.site import build_site
-from kb.store import open_index
+from kb.export.site.build import build_site
+from kb.index.store import open_index
+from kb.records.models import Claim, Run
+from kb.verify.registry import load_verifiers
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path("/tmp/kb-shots")
@@ -63,7 +63,7 @@ def _run(claim: dict[str, Any]) -> dict[str, Any]:
     check = model.checks[0]
     run = Run(
         claim_id=model.id, claim_hash=model.content_hash(), check_index=0, verifier=check.verifier,
-        verifier_hash=load_all()[check.verifier].code_hash(), params=check.params,
+        verifier_hash=load_verifiers(ROOT / "verifiers")[check.verifier].code_hash(), params=check.params,
         expect={k: v.model_dump(by_alias=True, exclude_none=True) for k, v in check.expect.items()},
         verdict="supports", reason="1 distinct O over 20 repeats", hardware_class=H200,
         measurements={"distinct_o": {"value": 1, "unit": "tensors"}, "ms_per_call": {"value": 1.2345678, "unit": "ms"}},

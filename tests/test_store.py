@@ -9,7 +9,7 @@ from pathlib import Path
 import sqlite_utils
 
 from kb.config import load_config
-from kb.store import migrations, open_db, open_index
+from kb.index.store import migrations, open_db, open_index
 
 
 def test_old_database_upgrades_itself(project: Path) -> None:

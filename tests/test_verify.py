@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kb.notes import lines_sha256
+from kb.pinned.notes import lines_sha256
 from tests.conftest import claim, commit_files, kb_subprocess, write_claims
 
 torch = pytest.importorskip("torch", reason="CPU checks need torch (pip install torch==2.13.0)")
@@ -90,7 +90,7 @@ def test_source_check_supports_and_refutes(project: Path, tmp_path: Path) -> Non
 
 HARNESS = '''
 import os, time
-from kb.registry import Outcome, Params, verifier
+from kb.verify.registry import Outcome, Params, verifier
 
 
 class P(Params):
@@ -253,7 +253,7 @@ def test_source_check_online_fetch(project: Path, tmp_path: Path) -> None:
         server.shutdown()
 
 
-@pytest.mark.skipif(any(__import__("kb.hw", fromlist=["find_tool"]).find_tool(t) is None
+@pytest.mark.skipif(any(__import__("kb.verify.hw", fromlist=["find_tool"]).find_tool(t) is None
                         for t in ("nvcc", "cuobjdump", "nvdisasm")),
                     reason="needs nvcc, cuobjdump and nvdisasm (CUDA toolkit or nvidia-cuda-* wheels)")
 def test_toolchain_compile_supports_and_refutes(project: Path) -> None:
@@ -274,3 +274,68 @@ def test_toolchain_compile_supports_and_refutes(project: Path) -> None:
     assert summary["errors"] == []
     assert {"test.tc.neg-mufu", "test.tc.neg-sm80-accepts"} <= set(summary["refuted"])
     assert not {"test.tc.mufu", "test.tc.sm80-rejects"} & set(summary["refuted"])
+
+
+def _dump(db_path: Path) -> tuple[list, list, str]:
+    import sqlite3
+
+    con = sqlite3.connect(db_path)
+    try:
+        status = con.execute("SELECT claim_id, hardware_class, status, reason, run_ids FROM status ORDER BY 1, 2").fetchall()
+        runs = con.execute("SELECT run_id, claim_id, verdict FROM runs ORDER BY 1").fetchall()
+        fp = con.execute("SELECT value FROM meta WHERE key='fingerprint'").fetchone()[0]
+    finally:
+        con.close()
+    return status, runs, fp
+
+
+def test_verify_records_into_the_index_it_was_handed_and_equals_a_rebuild(project: Path) -> None:
+    """`kb verify` updates the open index in place (no rebuild), and the result equals a rebuild from the files."""
+    from kb.config import load_config
+    from kb.index.store import input_fingerprint
+
+    code, _ = _verify(project)
+    assert code == 1  # test.arith.wrong refutes
+    db = project / ".kb" / "kb.db"
+    status, runs, fp = _dump(db)
+    assert len(runs) == 2 and {r[2] for r in runs} == {"supports", "refutes"}
+    # The stored fingerprint was advanced over the new evidence file, so the next command does not rebuild...
+    assert fp == input_fingerprint(load_config(project).root)
+    # ...and a forced rebuild from the files gives exactly what the session wrote.
+    res = kb_subprocess(project, "claims", "--json")
+    assert res.returncode == 0
+    assert _dump(db)[:2] == (status, runs)
+    rebuilt_db = project / ".kb" / "rebuilt.db"
+    res = kb_subprocess(project, "claims", "--json", env={"KB_DB": str(rebuilt_db)})
+    assert res.returncode == 0, res.stderr
+    assert _dump(rebuilt_db)[:2] == (status, runs)
+
+
+def test_verify_leaves_the_fingerprint_when_other_inputs_changed_mid_run(project: Path) -> None:
+    """An input edited during a run must not be hidden by the session's fingerprint update."""
+    from kb.config import load_config
+    from kb.index.store import Index, input_fingerprint, open_index
+    from kb.records.models import Run
+
+    cfg = load_config(project, str(project / ".kb" / "kb.db"))
+    index = open_index(cfg)
+    assert isinstance(index, Index) and index.fingerprint == input_fingerprint(project)
+    run = next(iter(index.runs()), None)
+    assert run is None
+    # Simulate a claim file edited while checks ran, then record a run.
+    write_claims(project, "late", [claim("test.late.added")])
+    good = index.corpus().claims["test.arith.four"]
+    from kb.verify.evidence import write_batch
+    from kb.verify.registry import load_verifiers
+
+    reg = load_verifiers(cfg.verifiers_dir)
+    r = Run(claim_id=good.id, claim_hash=good.content_hash(), check_index=0, verifier="arith.eval",
+            verifier_hash=reg["arith.eval"].code_hash(), params=good.checks[0].params, expect={},
+            verdict="supports", reason="test", hardware_class="cpu", environment={},
+            started="2026-01-01T00:00:00+00:00", duration_s=0.0, log="")
+    path = write_batch(project, [r])
+    index.record_runs([r], [path], reg)
+    _, runs, fp = _dump(cfg.db_path)
+    assert len(runs) == 1
+    assert fp != input_fingerprint(project)  # left stale: the next command rebuilds and sees test.late.added
+    assert open_index(cfg).rebuilt

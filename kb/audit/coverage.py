@@ -1,0 +1,117 @@
+"""Coverage: which sections of the pinned notes have claims, and which are skipped on purpose.
+
+Reads the notes at their pinned commit (a local clone, else GitHub's raw
+files over HTTPS), takes every `##` and `###` heading, and counts a section
+covered when a claim anchors it or one of its sub-headings. Sections that
+state nothing checkable are listed in `docs/coverage-allowlist.yaml` with a
+reason; anything else uncovered is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlite_utils
+import yaml
+
+from kb.config import Config
+from kb.pinned.git import GitRepo
+from kb.pinned.notes import sections
+from kb.records.models import Source
+
+ALLOWLIST = Path("docs") / "coverage-allowlist.yaml"
+
+
+@dataclass
+class FileCoverage:
+    """Coverage of one note file."""
+
+    path: str
+    covered: list[str] = field(default_factory=list)
+    allowed: dict[str, str] = field(default_factory=dict)
+    structural: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+class CoverageError(RuntimeError):
+    """The notes could not be read."""
+
+
+def _read_notes(cfg: Config, src: Source, paths: list[str]) -> dict[str, str]:
+    clone = cfg.clones.get(src.id) or next((str(p) for p in (cfg.clone_cache / src.id, cfg.clone_cache / f"{src.id}.git")
+                                             if p.exists()), None)
+    out: dict[str, str] = {}
+    if clone:
+        with GitRepo(clone) as repo:
+            if not repo.has_commit(src.commit or ""):
+                raise CoverageError(f"{clone} does not contain the pinned commit {src.commit}")
+            if not paths:
+                paths = [p for p in repo.git("ls-tree", "-r", "--name-only", src.commit or "", "docs/notes").split()
+                         if p.endswith(".md")]
+            for p in paths:
+                blob = repo.read(src.commit or "", p)
+                if blob is not None:
+                    out[p] = blob.decode("utf-8")
+        return out
+    import requests  # only when no local clone: the network path
+
+    owner_repo = (src.repo or "").removeprefix("https://github.com/")
+    for p in paths:
+        url = f"https://raw.githubusercontent.com/{owner_repo}/{src.commit}/{p}"
+        try:
+            resp = requests.get(url, timeout=20)
+        except requests.RequestException as exc:
+            raise CoverageError(f"cannot fetch {url}: {exc} (configure a local clone of {src.id})") from exc
+        if resp.status_code != 200:
+            raise CoverageError(f"{url} answered {resp.status_code}")
+        out[p] = resp.text
+    return out
+
+
+def note_paths(db: sqlite_utils.Database) -> list[str]:
+    """Note files the corpus anchors, plus the 13 files of docs/notes/ when a clone lists them."""
+    return sorted({r["path"] for r in db.query("SELECT DISTINCT a.path FROM anchors a JOIN sources s ON s.id = a.source "
+                                                "WHERE s.kind = 'notes' AND a.path LIKE 'docs/notes/%'")})
+
+
+def coverage(cfg: Config, db: sqlite_utils.Database) -> list[FileCoverage]:
+    """Per note file: covered, allow-listed, structural-only and missing sections."""
+    rows = list(db.query("SELECT id, json FROM sources WHERE kind = 'notes'"))
+    if not rows:
+        raise CoverageError("no notes source is registered")
+    src = Source.model_validate_json(rows[0]["json"])
+    texts = _read_notes(cfg, src, [] if cfg.clones.get(src.id) else note_paths(db))
+    anchored: dict[str, set[str]] = {}
+    for r in db.query("SELECT path, heading FROM anchors WHERE source = ?", [src.id]):
+        anchored.setdefault(r["path"], set()).add(r["heading"])
+    allow_path = cfg.root / ALLOWLIST
+    allow = yaml.safe_load(allow_path.read_text()) if allow_path.exists() else {}
+    allow = allow or {}
+    out = []
+    for path, text in sorted(texts.items()):
+        fc = FileCoverage(path)
+        secs = sections(text)
+        have = anchored.get(path, set())
+        allowed = (allow.get("files") or {}).get(path, {}) or {}
+        for i, sec in enumerate(secs):
+            if sec.level not in (2, 3):
+                continue
+            # Covered by its own anchor or by any anchor inside it (a deeper heading).
+            inner = [s for s in secs[i:] if s.start <= sec.end and s.start >= sec.start]
+            if any(s.slug in have for s in inner):
+                fc.covered.append(sec.slug)
+            elif sec.slug in allowed:
+                fc.allowed[sec.slug] = allowed[sec.slug]
+            elif _only_subheadings(text, sec, inner[1:]) and inner[1:]:
+                fc.structural.append(sec.slug)
+            else:
+                fc.missing.append(sec.slug)
+        out.append(fc)
+    return out
+
+
+def _only_subheadings(text: str, sec, children) -> bool:
+    """True when a heading has no body of its own before its first sub-heading."""
+    lines = text.split("\n")[sec.start : children[0].start - 1] if children else []
+    return not any(line.strip() for line in lines)

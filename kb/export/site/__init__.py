@@ -1,0 +1,1 @@
+"""The static site: page data from the index, SVG charts, and the build."""

@@ -1,0 +1,214 @@
+"""The static site: a pure function of the index, written as plain files.
+
+Layout of the output folder (every link relative, so it works from file://
+and from GitHub Pages, and nothing is fetched from another host):
+
+    index.html          dashboard: counts, status by generation and label, hardware summary
+    claims.html         every claim, server-rendered; claims.js filters it in place
+    claims.json         the filter index (one small record per claim)
+    claims-index.js     the same index as a script, for file:// where fetch() of a file is refused
+    claims/<id>.html    one page per claim
+    matrix.html         claims x hardware class
+    generations.html    FA1 -> FA4 (and the other groupings)
+    sources.html        every source and its pins
+    static/             stylesheet and script
+    .nojekyll           GitHub Pages: serve files as they are
+
+Templates and assets come from the project's site/ folder when it has one,
+else from the site/ folder next to the kb package.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import sqlite_utils
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
+
+from kb.config import Config
+from kb.export.site.data import (
+    SOURCE_KINDS,
+    SiteData,
+    anchor_view,
+    count_by,
+    fmt_expect,
+    fmt_value,
+    generation_view,
+    hardware_summary,
+    index_json,
+    load_site,
+    pending_hardware,
+    run_view,
+    source_links,
+)
+from kb.export.site.svg import stacked_bars, value_bars
+from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
+
+PACKAGE_SITE = Path(__file__).resolve().parents[3] / "site"
+
+
+def site_dir(cfg: Config) -> Path:
+    """The folder holding templates/ and static/: the project's own, else the one shipped with kb."""
+    own = cfg.root / "site"
+    return own if (own / "templates").is_dir() else PACKAGE_SITE
+
+
+def environment(templates: Path) -> Environment:
+    """Jinja2 with autoescape on for everything: claim text is data, never markup."""
+    env = Environment(loader=FileSystemLoader(templates), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["value"] = fmt_value
+    env.filters["short"] = lambda sha: str(sha or "")[:12]
+    env.globals.update(STATUSES=STATUSES, GENERATIONS=GENERATIONS, PHASES=PHASES, LABELS=LABELS,
+                       claim_href=lambda cid: f"claims/{cid}.html")
+    return env
+
+
+def _filter_href(**params: str) -> str:
+    """A link into the claim list with filters preset in the fragment (read by claims.js)."""
+    return "claims.html#" + urlencode(params)
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def _render(tpl: Template, path: Path, **ctx: Any) -> None:
+    _write(path, tpl.render(**ctx))
+
+
+def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
+    """One inline chart per hardware class: the latest TFLOP/s of each throughput claim, against the peak."""
+    charts = []
+    per_class: dict[str, list[tuple[str, float, str]]] = {}
+    peaks: dict[str, float] = {}
+    for c in data.claims:
+        seen: set[str] = set()
+        for r in c["runs"]:  # newest first
+            tf = (r.get("measurements") or {}).get("tflops")
+            if r.get("verifier") != "gpu.benchmark" or not tf or r["hardware_class"] in seen:
+                continue
+            seen.add(r["hardware_class"])
+            impl = (r.get("params") or {}).get("impl", "sdpa-flash")
+            per_class.setdefault(r["hardware_class"], []).append((f"{impl} · {c['id']}", float(tf["value"]),
+                                                                  f"claims/{c['id']}.html"))
+            # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
+            for sid, src in data.sources.items():
+                peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
+                if src.get("kind") == "hardware" and peak and f" {sid} " in f" {r['hardware_class']} ":
+                    peaks[r["hardware_class"]] = float(peak)
+    for hw, rows in sorted(per_class.items()):
+        ref = ("dense bf16 peak", peaks[hw]) if hw in peaks else None
+        charts.append((hw, value_bars(sorted(rows, key=lambda x: -x[1]), "TFLOP/s", f"Measured TFLOP/s on {hw}", ref)))
+    return charts
+
+
+def _dashboard_context(data: SiteData) -> dict[str, Any]:
+    gens = count_by(data.claims, "generation", GENERATIONS)
+    labels = count_by(data.claims, "label", LABELS)
+    overall = {s: sum(1 for c in data.claims if c["overall"]["status"] == s) for s in STATUSES}
+    return {
+        "total": len(data.claims), "n_sources": len(data.sources), "n_runs": data.n_runs,
+        "classes": data.classes, "overall": overall, "by_generation": gens, "by_label": labels,
+        "gen_chart": stacked_bars(gens, STATUSES, lambda g, s: _filter_href(generation=g, status=s),
+                                  "Claims per generation by status"),
+        "label_chart": stacked_bars(labels, STATUSES, lambda g, s: _filter_href(label=g, status=s),
+                                    "Claims per label by status"),
+        "hardware": hardware_summary(data), "pending": pending_hardware(data.claims),
+        "benchmarks": _benchmarks(data),
+        "filter_href": _filter_href,
+    }
+
+
+def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
+    checks = [{**ch, "expect_text": fmt_expect(ch.get("expect", {})),
+               "params_text": json.dumps(ch.get("params", {}), sort_keys=True)} for ch in c.get("checks", [])]
+    scope = [(k, v) for k, v in (c.get("scope") or {}).items() if v]
+    return {"c": c, "anchors": [anchor_view(a, data.sources) for a in c.get("anchors", [])], "checks": checks,
+            "scope": scope, "runs": [run_view(r) for r in c["runs"]], "filter_href": _filter_href}
+
+
+def _sources_context(data: SiteData) -> dict[str, Any]:
+    groups = []
+    for kind in SOURCE_KINDS:
+        items = [{**s, "links": source_links(s), "cited": data.cited.get(sid, 0)}
+                 for sid, s in sorted(data.sources.items()) if s.get("kind") == kind]
+        if items:
+            groups.append((kind, items))
+    return {"groups": groups, "filter_href": _filter_href}
+
+
+def _copy_static(src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file():
+            shutil.copyfile(f, dest / f.name)
+
+
+def _write_index(data: SiteData, out: Path) -> None:
+    text = json.dumps(index_json(data), separators=(",", ":"), ensure_ascii=True)
+    _write(out / "claims.json", text + "\n")
+    # '<' escaped so the index can never close a script element, whatever a statement says.
+    _write(out / "claims-index.js", "window.KB_CLAIMS = " + text.replace("<", "\\u003c") + ";\n")
+
+
+def changes_since(out: Path, data: SiteData) -> dict[str, Any] | None:
+    """What changed since the export already in `out` (its claims.json): new, removed, status moves.
+
+    None when there is no earlier export to compare with (a first build, or CI's fresh folder).
+    """
+    prev_path = out / "claims.json"
+    try:
+        prev = json.loads(prev_path.read_text(encoding="utf-8"))
+        before = {c["id"]: c["status"] for c in prev.get("claims", [])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    now = {c["id"]: c["overall"]["status"] for c in data.claims}
+    moved = sorted((cid, before[cid], st) for cid, st in now.items() if cid in before and before[cid] != st)
+    return {"added": sorted(set(now) - set(before)), "removed": sorted(set(before) - set(now)), "moved": moved}
+
+
+def _remove_stale_pages(folder: Path, keep: set[str]) -> None:
+    """Claim pages from an earlier build whose claim is gone (only *.html we could have written)."""
+    for f in folder.glob("*.html"):
+        if f.name not in keep:
+            f.unlink()
+
+
+def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
+    """Write the static site for the index `db` into `out`; return the number of HTML pages written."""
+    data = load_site(db)
+    base = site_dir(cfg)
+    env = environment(base / "templates")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "claims").mkdir(exist_ok=True)
+    _copy_static(base / "static", out / "static")
+    _write(out / ".nojekyll", "")
+    changes = changes_since(out, data)  # read the previous claims.json before overwriting it
+    _write_index(data, out)
+
+    topics = sorted({t for c in data.claims for t in c["topics"]}, key=lambda t: TOPICS.index(t) if t in TOPICS else 999)
+    pages = {
+        "index.html": ("index.html", {**_dashboard_context(data), "changes": changes}),
+        "claims.html": ("claims.html", {"claims": data.claims, "topics": topics, "classes": data.classes,
+                                        "sources": sorted(data.sources)}),
+        "matrix.html": ("matrix.html", {"claims": [c for c in data.claims if c.get("checks")], "classes": data.classes}),
+        "generations.html": ("generations.html", {"gens": generation_view(data.claims, data.sources),
+                                                  "filter_href": _filter_href}),
+        "sources.html": ("sources.html", _sources_context(data)),
+    }
+    for name, (tpl_name, ctx) in pages.items():
+        _render(env.get_template(tpl_name), out / name, root="", page=name, **ctx)
+
+    claim_tpl = env.get_template("claim.html")
+    keep = set()
+    for c in data.claims:
+        name = f"{c['id']}.html"
+        keep.add(name)
+        _render(claim_tpl, out / "claims" / name, root="../", page="claim", **_claim_context(c, data))
+    _remove_stale_pages(out / "claims", keep)
+    return len(pages) + len(keep)

@@ -1,0 +1,273 @@
+"""What the static site shows, read from the index in a few bulk queries.
+
+Pages never query the database: `load_site` reads claims, statuses, runs and
+sources once and groups them in memory, so 10,000 claims cost four queries,
+not tens of thousands. Links built from data go through `safe_url`: only an
+https:// URL (or a relative link built here) ever becomes an href.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import sqlite_utils
+
+from kb.records.vocab import GENERATIONS, LABELS, STATUSES
+
+OVERALL = "*"
+# (field on the claim, how the relation reads from the other end)
+RELATIONS = (("depends_on", "depended on by"), ("refines", "refined by"), ("supersedes", "superseded by"))
+LOCATORS = ("section", "figure", "table", "equation", "algorithm")
+SOURCE_KINDS = ("notes", "paper", "repo", "web", "hardware", "private")
+_UNSAFE_URL_CHARS = frozenset(" \"'<>`\\\n\r\t")
+
+
+@dataclass
+class SiteData:
+    """Every claim (with statuses, runs and relations attached) and every source."""
+
+    claims: list[dict[str, Any]]
+    by_id: dict[str, dict[str, Any]]
+    sources: dict[str, dict[str, Any]]
+    classes: list[str]
+    n_runs: int
+    cited: Counter[str]
+
+
+def load_site(db: sqlite_utils.Database) -> SiteData:
+    """Read the whole index; attach to each claim its statuses, runs, sources and relations."""
+    sources = {r["id"]: json.loads(r["json"]) for r in db.query("SELECT id, json FROM sources ORDER BY id")}
+    status: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids FROM status"):
+        status[r["claim_id"]][r["hardware_class"]] = {
+            "status": r["status"], "reason": r["reason"] or "", "run_ids": json.loads(r["run_ids"] or "[]"),
+        }
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    n_runs = 0
+    for r in db.query("SELECT claim_id, json FROM runs ORDER BY started DESC, run_id"):
+        runs[r["claim_id"]].append(json.loads(r["json"]))
+        n_runs += 1
+    claims: list[dict[str, Any]] = []
+    classes: set[str] = set()
+    cited: Counter[str] = Counter()
+    for r in db.query("SELECT id, file, line, json FROM claims ORDER BY id"):
+        c = json.loads(r["json"])
+        c["file"], c["line"] = r["file"], r["line"]
+        st = status.get(c["id"], {})
+        c["overall"] = st.get(OVERALL) or {"status": "unverified", "reason": "no status derived", "run_ids": []}
+        c["classes"] = {hw: s for hw, s in sorted(st.items()) if hw != OVERALL}
+        classes.update(c["classes"])
+        c["runs"] = runs.get(c["id"], [])
+        c["sources"] = sorted({a["source"] for a in c.get("anchors", [])})
+        cited.update(c["sources"])
+        claims.append(c)
+    by_id = {c["id"]: c for c in claims}
+    _attach_relations(claims, by_id)
+    return SiteData(claims, by_id, sources, sorted(classes), n_runs, cited)
+
+
+def _attach_relations(claims: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -> None:
+    """`related`: (how, other id, exists) both ways, so a page shows who points at it too."""
+    for c in claims:
+        c["related"] = []
+    for c in claims:
+        for rel, inverse in RELATIONS:
+            for other in c.get(rel, []):
+                c["related"].append((rel.replace("_", " "), other, other in by_id))
+                if other in by_id:
+                    by_id[other]["related"].append((inverse, c["id"], True))
+
+
+def safe_url(url: Any) -> str | None:
+    """The URL if it is a plain https:// URL, else None: data never becomes a javascript: href."""
+    if isinstance(url, str) and url.startswith("https://") and not (_UNSAFE_URL_CHARS & set(url)):
+        return url
+    return None
+
+
+def _lines_fragment(lines: list[int] | None) -> str:
+    return f"#L{lines[0]}-L{lines[1]}" if lines else ""
+
+
+def anchor_view(anchor: dict[str, Any], sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One provenance link: the permalink (or None), its text, and the details around it."""
+    src = sources.get(anchor["source"], {})
+    kind = src.get("kind", "?")
+    view: dict[str, Any] = {"source": anchor["source"], "title": src.get("title"), "kind": kind,
+                            "url": None, "text": anchor["source"], "details": []}
+    path = anchor.get("path") or ""
+    if kind == "notes":
+        commit, heading = src.get("commit", ""), anchor.get("heading") or ""
+        if base := safe_url(src.get("repo")):
+            view["url"] = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}#{quote(heading, safe='-_')}"
+        view["text"] = f"{path} § {heading}"
+        view["details"].append(f"notes at commit {commit[:12]}")
+    elif kind == "repo":
+        sha, lines = anchor.get("sha") or "", anchor.get("lines")
+        if base := safe_url(src.get("url")):
+            view["url"] = f"{base.rstrip('/').removesuffix('.git')}/blob/{sha}/{quote(path)}{_lines_fragment(lines)}"
+        view["text"] = path + (f" lines {lines[0]}–{lines[1]}" if lines else "")
+        pin = next((name for name, s in src.get("pins", {}).items() if s == sha), None)
+        view["details"].append(f"pin {pin} = {sha[:12]}" if pin else f"commit {sha[:12]}")
+    elif kind == "paper" and src.get("arxiv"):
+        version = src.get("version")
+        view["url"] = f"https://arxiv.org/abs/{quote(str(src['arxiv']), safe='./')}" + (f"v{int(version)}" if version else "")
+        view["text"] = f"arXiv:{src['arxiv']}" + (f"v{version}" if version else "")
+    elif kind == "web":
+        view["url"] = safe_url(src.get("url"))
+        view["text"] = src.get("title") or anchor["source"]
+        if view["url"] is None:
+            view["details"].append("its URL is not an https:// URL, so it is not linked")
+        if src.get("retrieved"):
+            view["details"].append(f"retrieved {src['retrieved']}")
+    elif kind == "private":
+        view["details"].append(f"not publicly checkable: {src.get('why_uncheckable', '')}")
+    view["locator"] = ", ".join(f"{k} {anchor[k]}" for k in LOCATORS if anchor.get(k))
+    for key, label in (("symbol", "symbol"), ("note", "note")):
+        if anchor.get(key):
+            view["details"].append(f"{label}: {anchor[key]}")
+    if anchor.get("sha256"):
+        view["details"].append(f"sha256 {anchor['sha256'][:16]}…")
+    return view
+
+
+def source_links(src: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(text, https url or None) lines describing where a source lives and what is pinned."""
+    kind = src.get("kind")
+    if kind == "paper":
+        v = src.get("version")
+        url = f"https://arxiv.org/abs/{quote(str(src.get('arxiv', '')), safe='./')}" + (f"v{int(v)}" if v else "")
+        return [(f"arXiv:{src.get('arxiv')}v{v}" + (f" ({src['year']})" if src.get("year") else ""), url)]
+    if kind == "repo":
+        base = safe_url(src.get("url"))
+        out = [(src.get("url", ""), base)]
+        root = base.rstrip("/").removesuffix(".git") if base else None
+        for name, sha in src.get("pins", {}).items():
+            out.append((f"pin {name} = {sha}", f"{root}/tree/{sha}" if root else None))
+        return out
+    if kind == "notes":
+        base = safe_url(src.get("repo"))
+        commit = src.get("commit", "")
+        return [(src.get("repo", ""), base),
+                (f"commit {commit}", f"{base.rstrip('/')}/tree/{commit}" if base else None)]
+    if kind == "web":
+        return [(src.get("url", ""), safe_url(src.get("url")))] + (
+            [(f"retrieved {src['retrieved']}", None)] if src.get("retrieved") else [])
+    if kind == "private":
+        return [(f"not publicly checkable: {src.get('why_uncheckable', '')}", None)]
+    return []
+
+
+def fmt_value(value: Any, limit: int = 200) -> str:
+    """A measured or parameter value as short text."""
+    if isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fmt_expect(expect: dict[str, Any]) -> list[str]:
+    """An expectation as readable rules: 'distinct_o = 1', 'ratio ≈ 2 (rel 0.1)'."""
+    out = []
+    for name, rule in expect.items():
+        parts = []
+        if rule.get("equals") is not None:
+            parts.append(f"= {fmt_value(rule['equals'])}")
+        if rule.get("approx") is not None:
+            tol = ", ".join(f"{k} {rule[k]}" for k in ("rel", "abs") if rule.get(k) is not None)
+            parts.append(f"≈ {fmt_value(rule['approx'])}" + (f" ({tol})" if tol else ""))
+        if rule.get("at_most") is not None:
+            parts.append(f"≤ {fmt_value(rule['at_most'])}")
+        if rule.get("at_least") is not None:
+            parts.append(f"≥ {fmt_value(rule['at_least'])}")
+        if rule.get("between") is not None:
+            lo, hi = rule["between"]
+            parts.append(f"in [{fmt_value(lo)}, {fmt_value(hi)}]")
+        if rule.get("is") is not None:
+            parts.append(f"is {str(rule['is']).lower()}")
+        out.append(f"{name} {' and '.join(parts)}")
+    return out
+
+
+def run_view(run: dict[str, Any]) -> dict[str, Any]:
+    """A run record with the environment facts a reader looks for pulled out."""
+    env = run.get("environment") or {}
+    gpu = (env.get("gpu") or {}).get("name") if isinstance(env.get("gpu"), dict) else None
+    gpu = gpu or next((g.get("name") for g in env.get("gpus") or [] if isinstance(g, dict)), None)
+    torch_version = env.get("torch") or (env.get("packages") or {}).get("torch")
+    return {
+        **run,
+        "started_text": str(run.get("started", "")).replace("T", " ").replace("+00:00", " UTC"),
+        "gpu": gpu,
+        "torch": torch_version,
+        "kernels": [str(k) for k in env.get("kernels") or []],
+        "host": env.get("host"),
+        "cuda": env.get("cuda") or env.get("torch_cuda"),
+        "measurements_text": [(k, fmt_value(m.get("value")), m.get("unit", "")) for k, m in run.get("measurements", {}).items()],
+    }
+
+
+def count_by(claims: Iterable[dict[str, Any]], key: str, order: Iterable[str]) -> list[tuple[str, Counter[str]]]:
+    """(value of `key`, overall status counts) for each value in `order` that has claims."""
+    table: dict[str, Counter[str]] = defaultdict(Counter)
+    for c in claims:
+        table[c[key]][c["overall"]["status"]] += 1
+    return [(k, table[k]) for k in order if k in table]
+
+
+def hardware_summary(data: SiteData) -> list[tuple[str, Counter[str]]]:
+    """Per hardware class, how many claims have each status there; then what is still waiting for hardware."""
+    rows: dict[str, Counter[str]] = {hw: Counter() for hw in data.classes}
+    for c in data.claims:
+        for hw, s in c["classes"].items():
+            rows[hw][s["status"]] += 1
+    return list(rows.items())
+
+
+def pending_hardware(claims: Iterable[dict[str, Any]]) -> list[tuple[str, int]]:
+    """Requirement text ('CUDA sm_100..sm_103, package flash_attn') -> claims waiting for it."""
+    need: Counter[str] = Counter()
+    for c in claims:
+        if c["overall"]["status"] == "needs-hardware":
+            need[c["overall"]["reason"].partition(" needs ")[2] or c["overall"]["reason"]] += 1
+    return need.most_common()
+
+
+def generation_view(claims: list[dict[str, Any]], sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per generation: counts by status and label, main topics, the papers its claims cite."""
+    out = []
+    for gen in GENERATIONS:
+        mine = [c for c in claims if c["generation"] == gen]
+        if not mine:
+            continue
+        topics: Counter[str] = Counter(t for c in mine for t in c["topics"])
+        cites: Counter[str] = Counter(s for c in mine for s in c["sources"] if sources.get(s, {}).get("kind") == "paper")
+        out.append({
+            "name": gen, "total": len(mine),
+            "status": Counter(c["overall"]["status"] for c in mine),
+            "labels": [(lab, n) for lab in LABELS if (n := sum(c["label"] == lab for c in mine))],
+            "topics": topics.most_common(8),
+            "papers": [(s, sources[s].get("title") or s, n) for s, n in cites.most_common(5)],
+        })
+    return out
+
+
+def index_json(data: SiteData) -> dict[str, Any]:
+    """The claim list's filter index (claims.json): one small record per claim."""
+    return {
+        "format": 1,
+        "statuses": list(STATUSES),
+        "claims": [{
+            "id": c["id"], "statement": c["statement"], "generation": c["generation"], "phase": c["phase"],
+            "label": c["label"], "status": c["overall"]["status"], "topics": c["topics"], "sources": c["sources"],
+            "classes": {hw: s["status"] for hw, s in c["classes"].items()},
+        } for c in data.claims],
+    }

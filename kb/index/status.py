@@ -1,0 +1,123 @@
+"""Status: derived from claims, evidence, verifier code and drift; never typed by hand.
+
+A pure function: the same records give the same statuses, in any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kb.records.models import Claim, Run, Status
+from kb.verify.evidence import CPU_CLASS, latest_runs
+from kb.verify.registry import VerifierSpec, requirements_for
+
+__all__ = ["ANY_CLASS", "CPU_CLASS", "PRECEDENCE", "derive"]
+
+ANY_CLASS = "*"
+# Which status wins when several hardware classes disagree, for the overall line.
+PRECEDENCE = ["refuted", "stale", "verified", "inconclusive", "needs-hardware", "unverified", "review-only"]
+
+
+def _stale_reason(claim: Claim, run: Run, spec: VerifierSpec | None) -> str | None:
+    if run.claim_hash != claim.content_hash():
+        return "the claim's statement, scope or checks changed after this evidence"
+    if spec is None:
+        return f"verifier {run.verifier} no longer exists"
+    if run.verifier_hash != spec.code_hash():
+        return f"verifier {run.verifier} code changed after this evidence"
+    check = claim.checks[run.check_index] if run.check_index < len(claim.checks) else None
+    if check is None or check.verifier != run.verifier or check.params != run.params:
+        return "the check's parameters changed after this evidence"
+    return None
+
+
+def derive(
+    claims: Mapping[str, Claim],
+    runs: Iterable[Run],
+    registry: Mapping[str, VerifierSpec],
+    drift: Mapping[str, str] | None = None,
+) -> list[Status]:
+    """Per claim: one status per hardware class with evidence, plus the overall '*' status."""
+    drift = drift or {}
+    latest = latest_runs(runs)
+    by_claim: dict[str, list[Run]] = {}
+    for (cid, _, _), run in latest.items():
+        by_claim.setdefault(cid, []).append(run)
+    out: list[Status] = []
+    for cid, claim in claims.items():
+        if not claim.checks:
+            if claim.experiment is not None:
+                impl = " ".join(x for x in (claim.scope.implementation, claim.scope.revision) if x)
+                running = f" running {impl}" if impl else ""
+                out.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="needs-hardware",
+                                  reason=f"needs {claim.experiment.hardware}{running}: {claim.experiment.method}"))
+            else:
+                out.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="review-only", reason=claim.review or ""))
+            continue
+        per_class: dict[str, list[Run]] = {}
+        for run in by_claim.get(cid, []):
+            per_class.setdefault(run.hardware_class, []).append(run)
+        class_status: list[Status] = []
+        for hw, hw_runs in sorted(per_class.items()):
+            class_status.append(_class_status(claim, hw, hw_runs, registry))
+        out += class_status
+        ran = {r.check_index for r in by_claim.get(cid, []) if r.verdict != "error"}
+        missing = [i for i in range(len(claim.checks)) if i not in ran]
+        pending: list[Status] = []
+        for i in missing:
+            spec = registry.get(claim.checks[i].verifier)
+            if spec is not None and spec.is_gpu:
+                pending.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="needs-hardware",
+                                      reason=f"check {i} ({spec.id}) needs "
+                                      f"{requirements_for(spec, claim.checks[i].params).describe()}"))
+            else:
+                pending.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="unverified",
+                                      reason=f"check {i} ({claim.checks[i].verifier}) has not run"))
+        out.append(_overall(cid, class_status, pending))
+    # Drift reaches every claim that cites the drifted lines, checked or not: what it
+    # rests on is no longer what it cited. Per-class statuses keep saying what the
+    # evidence said; only the overall status turns stale. A refutation stays visible:
+    # it is a finding, and drift elsewhere does not undo it.
+    for i, st in enumerate(out):
+        if st.hardware_class != ANY_CLASS or st.claim_id not in drift:
+            continue
+        if st.status == "refuted":
+            out[i] = st.model_copy(update={"reason": f"{st.reason}; also source drift: {drift[st.claim_id]}"})
+        elif st.status != "stale":
+            out[i] = Status(claim_id=st.claim_id, hardware_class=ANY_CLASS, status="stale",
+                            reason=f"source drift: {drift[st.claim_id]} (was {st.status})", run_ids=st.run_ids)
+    return out
+
+
+def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> Status:
+    ids = [r.run_id for r in runs]
+    stale = [s for r in runs if (s := _stale_reason(claim, r, registry.get(r.verifier)))]
+    verdicts = {r.verdict for r in runs}
+    refuting = [r for r in runs if r.verdict == "refutes"]
+    if stale:
+        status, reason = "stale", stale[0]
+    elif refuting:
+        status, reason = "refuted", f"check {refuting[0].check_index}: {refuting[0].reason}"
+    elif verdicts == {"supports"}:
+        status, reason = "verified", "; ".join(f"check {r.check_index}: {r.reason}" for r in runs)
+    elif "inconclusive" in verdicts:
+        r = next(r for r in runs if r.verdict == "inconclusive")
+        status, reason = "inconclusive", f"check {r.check_index}: {r.reason}"
+    else:
+        r = next(r for r in runs if r.verdict == "error")
+        status, reason = "unverified", f"harness error, not evidence: {r.reason}"
+    return Status(claim_id=claim.id, hardware_class=hw, status=status, reason=reason, run_ids=ids)
+
+
+def _overall(cid: str, per_class: list[Status], pending: list[Status]) -> Status:
+    candidates = per_class + pending
+    best = min(candidates, key=lambda s: PRECEDENCE.index(s.status))
+    # A claim verified on one class but with checks never run elsewhere is only partly checked:
+    # say so in the reason rather than hiding the pending requirement.
+    reason = best.reason
+    if best.status == "verified" and pending:
+        reason += f" (also pending: {pending[0].reason})"
+    hw = best.hardware_class if best.hardware_class != ANY_CLASS else ANY_CLASS
+    return Status(claim_id=cid, hardware_class=ANY_CLASS, status=best.status,
+                  reason=reason if hw == ANY_CLASS else f"[{hw}] {reason}",
+                  run_ids=[i for s in per_class for i in s.run_ids])

@@ -1,0 +1,287 @@
+"""The records kb keeps: sources, anchors, claims, checks, runs and statuses.
+
+Each model forbids unknown fields so a typo in a YAML key is an error, not a
+silently ignored value. Cross-record rules (unique ids, anchors pointing at
+existing sources, relation cycles) live in `kb.integrity`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import date
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kb.records.vocab import TOPICS, Generation, Label, Phase, SourceKind, StatusName, Verdict
+
+SHA40 = re.compile(r"^[0-9a-f]{40}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+CLAIM_ID = re.compile(r"^[a-z0-9]+(\.[a-z0-9][a-z0-9-]*)+$")
+
+
+class Strict(BaseModel):
+    """Base: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Source(Strict):
+    """A paper, repository, notes revision, web page, hardware sheet or private report."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    kind: SourceKind
+    title: str | None = None
+    # paper
+    arxiv: str | None = None
+    version: int | None = None
+    year: int | None = None
+    # repo
+    url: str | None = None
+    pins: dict[str, str] = Field(default_factory=dict)
+    # notes
+    repo: str | None = None
+    commit: str | None = None
+    # web
+    retrieved: date | None = None
+    content_sha256: str | None = None
+    # hardware
+    spec_sources: list[str] = Field(default_factory=list)
+    constants: dict[str, float | int] = Field(default_factory=dict)
+    # private
+    why_uncheckable: str | None = None
+
+    @model_validator(mode="after")
+    def _per_kind(self) -> Source:
+        need = {
+            "paper": ["arxiv", "version"],
+            "repo": ["url"],
+            "notes": ["repo", "commit"],
+            "web": ["url"],
+            "hardware": ["constants"],
+            "private": ["why_uncheckable"],
+        }[self.kind]
+        missing = [f for f in need if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"a {self.kind} source needs {', '.join(missing)}")
+        for name, sha in self.pins.items():
+            if not SHA40.match(sha):
+                raise ValueError(f"pin {name!r} is {sha!r}, not a full 40-hex commit SHA")
+        if self.commit is not None and not SHA40.match(self.commit):
+            raise ValueError(f"commit {self.commit!r} is not a full 40-hex commit SHA")
+        return self
+
+    def pinned_shas(self) -> set[str]:
+        """Every commit SHA this source pins."""
+        shas = set(self.pins.values())
+        if self.commit:
+            shas.add(self.commit)
+        return shas
+
+
+class Anchor(Strict):
+    """A claim's reference into one source; which fields apply depends on its kind."""
+
+    source: str
+    # paper locators
+    section: str | None = None
+    figure: str | None = None
+    table: str | None = None
+    equation: str | None = None
+    algorithm: str | None = None
+    # repo / notes
+    sha: str | None = None
+    path: str | None = None
+    lines: tuple[int, int] | None = None
+    symbol: str | None = None
+    heading: str | None = None
+    sha256: str | None = None
+    note: str | None = None
+
+    @field_validator("sha")
+    @classmethod
+    def _full_sha(cls, v: str | None) -> str | None:
+        if v is not None and not SHA40.match(v):
+            raise ValueError(f"{v!r} is not a full 40-hex commit SHA")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _hash(cls, v: str | None) -> str | None:
+        if v is not None and not SHA256.match(v):
+            raise ValueError(f"{v!r} is not a 64-hex sha256")
+        return v
+
+    @field_validator("lines")
+    @classmethod
+    def _span(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None:
+            start, end = v
+            if start < 1:
+                raise ValueError(f"line span starts at {start}; lines are numbered from 1")
+            if end < start:
+                raise ValueError(f"line span [{start}, {end}] ends before it starts")
+        return v
+
+    def paper_locator(self) -> str | None:
+        """'section 3.1' style text for a paper anchor, or None."""
+        for key in ("section", "figure", "table", "equation", "algorithm"):
+            val = getattr(self, key)
+            if val:
+                return f"{key} {val}"
+        return None
+
+
+class Comparison(Strict):
+    """How a measurement must compare for the claim to hold."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    equals: Any = None
+    approx: float | None = None
+    rel: float | None = None
+    abs: float | None = None
+    at_most: float | None = None
+    at_least: float | None = None
+    between: tuple[float, float] | None = None
+    is_: bool | None = Field(default=None, alias="is")
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> Comparison:
+        rules = [
+            self.equals is not None,
+            self.approx is not None,
+            self.at_most is not None,
+            self.at_least is not None,
+            self.between is not None,
+            self.is_ is not None,
+        ]
+        if sum(rules) == 0:
+            raise ValueError("an expectation needs one of equals, approx, at_most, at_least, between, is")
+        if (self.rel is not None or self.abs is not None) and self.approx is None:
+            raise ValueError("rel/abs only go with approx")
+        return self
+
+
+class Check(Strict):
+    """A verifier bound to a claim, with parameters and the expectation that makes it true."""
+
+    verifier: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    expect: dict[str, Comparison] = Field(default_factory=dict)
+
+
+class Experiment(Strict):
+    """A GPU experiment that would decide the claim, not runnable with what kb has here.
+
+    The claim is then `needs-hardware`: the hardware (and the implementation its
+    scope names) is the blocker, not the lack of an executable idea.
+    """
+
+    hardware: str = Field(min_length=2)
+    method: str = Field(min_length=10)
+
+
+class Scope(Strict):
+    """What the claim is about: implementation, revision, hardware, dtype, shape, mode."""
+
+    implementation: str | None = None
+    revision: str | None = None
+    arch: str | None = None
+    dtype: str | None = None
+    shape: str | None = None
+    mode: str | None = None
+
+
+class Claim(Strict):
+    """One checkable statement, with provenance and the checks that decide it."""
+
+    id: str
+    statement: str = Field(min_length=10)
+    generation: Generation
+    phase: Phase
+    topics: list[str] = Field(min_length=1)
+    label: Label
+    scope: Scope = Field(default_factory=Scope)
+    anchors: list[Anchor] = Field(min_length=1)
+    checks: list[Check] = Field(default_factory=list)
+    review: str | None = None
+    experiment: Experiment | None = None
+    depends_on: list[str] = Field(default_factory=list)
+    refines: list[str] = Field(default_factory=list)
+    supersedes: list[str] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not CLAIM_ID.match(v):
+            raise ValueError(f"{v!r} is not a claim id like 'fa2.bwd.dq-atomic-accumulation'")
+        return v
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, v: list[str]) -> list[str]:
+        unknown = [t for t in v if t not in TOPICS]
+        if unknown:
+            raise ValueError(f"unknown topic {unknown[0]!r} (see kb.vocab.TOPICS)")
+        return v
+
+    @model_validator(mode="after")
+    def _review_or_check(self) -> Claim:
+        if not self.checks and not (self.review and self.review.strip()) and self.experiment is None:
+            raise ValueError("a claim with no checks needs a review reason or a pending experiment")
+        return self
+
+    def content_hash(self) -> str:
+        """Hash of what a check's verdict depends on: statement, scope and checks.
+
+        Evidence recorded under another hash is stale. Anchors are left out on
+        purpose: their drift is the audit's business, not a change of claim.
+        """
+        body = self.model_dump(include={"statement", "scope", "checks"}, by_alias=True, mode="json")
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Measurement(Strict):
+    """One measured value with its unit."""
+
+    value: Any
+    unit: str = ""
+
+
+class Run(Strict):
+    """One execution of one check on one machine: an evidence record."""
+
+    run_id: str = ""
+    claim_id: str
+    claim_hash: str
+    check_index: int
+    verifier: str
+    verifier_hash: str
+    params: dict[str, Any]
+    expect: dict[str, Any]
+    verdict: Verdict
+    reason: str
+    measurements: dict[str, Measurement] = Field(default_factory=dict)
+    hardware_class: str
+    environment: dict[str, Any] = Field(default_factory=dict)
+    started: str
+    duration_s: float
+    log: str = ""
+
+    def compute_id(self) -> str:
+        """Content address of the record (everything but the id itself)."""
+        body = self.model_dump(exclude={"run_id"}, mode="json")
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
+
+
+class Status(Strict):
+    """A claim's derived status on one hardware class (or overall, class '*')."""
+
+    claim_id: str
+    hardware_class: str
+    status: StatusName
+    reason: str
+    run_ids: list[str] = Field(default_factory=list)

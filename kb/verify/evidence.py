@@ -1,0 +1,130 @@
+"""Evidence records: append-only, content-addressed JSON files under evidence/.
+
+One file per `kb verify` batch, `evidence/<hardware-class>/<stamp>-<hash>.json`,
+holding a list of runs. A run's id is the hash of its content, so records made
+on different machines merge by union, and importing the same file twice adds
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from kb.records.models import Run
+from kb.records.yamlfile import Problem
+
+FORMAT = 1
+# CPU and source checks are hardware-independent: their runs share one class.
+CPU_CLASS = "cpu"
+
+
+def class_slug(hardware_class: str) -> str:
+    """A folder name for a hardware class."""
+    return re.sub(r"[^a-z0-9]+", "-", hardware_class.lower()).strip("-") or "unknown"
+
+
+def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Problem]]:
+    """Runs of one evidence file, with problems located by file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        line = getattr(exc, "lineno", 0)
+        return [], [Problem(display, line, f"is not a readable evidence file: {exc}")]
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
+        return [], [Problem(display, 1, f"is not an evidence file of format {FORMAT} (a mapping with 'format' and 'runs')")]
+    runs, problems = [], []
+    for i, item in enumerate(data["runs"]):
+        try:
+            run = Run.model_validate(item)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            problems.append(Problem(display, 0, f"run {i}: field {'.'.join(map(str, err['loc']))}: {err['msg']}"))
+            continue
+        if run.run_id != run.compute_id():
+            problems.append(Problem(display, 0, f"run {i}: run_id {run.run_id} does not match its content (edited by hand?)"))
+            continue
+        runs.append(run)
+    return runs, problems
+
+
+def load_evidence(root: Path) -> tuple[list[Run], list[Problem]]:
+    """Every run under evidence/, de-duplicated by run id."""
+    base = root / "evidence"
+    seen: dict[str, Run] = {}
+    problems: list[Problem] = []
+    if base.is_dir():
+        for path in sorted(base.rglob("*.json")):
+            if path.parent.name == "audit":
+                continue  # the audit summary lives beside the runs but is not a run record
+            runs, probs = read_evidence_file(path, str(path.relative_to(root)))
+            problems += probs
+            for run in runs:
+                seen.setdefault(run.run_id, run)
+    return list(seen.values()), problems
+
+
+def write_batch(root: Path, runs: list[Run]) -> Path | None:
+    """Write new runs as one evidence file; returns its path (None if nothing new)."""
+    if not runs:
+        return None
+    for run in runs:
+        run.run_id = run.compute_id()
+    body = {"format": FORMAT, "runs": [r.model_dump(mode="json") for r in runs]}
+    text = json.dumps(body, indent=1, sort_keys=True) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = root / "evidence" / class_slug(runs[0].hardware_class)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stamp}-{digest}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return path
+
+
+def latest_runs(runs: Iterable[Run]) -> dict[tuple[str, int, str], Run]:
+    """The newest non-error run per (claim, check, class); errors only when nothing else exists."""
+    best: dict[tuple[str, int, str], Run] = {}
+    for run in sorted(runs, key=lambda r: r.started):
+        key = (run.claim_id, run.check_index, run.hardware_class)
+        prev = best.get(key)
+        if prev is None or run.verdict != "error" or prev.verdict == "error":
+            if run.verdict == "skipped":
+                continue
+            best[key] = run
+    return best
+
+
+def import_files(root: Path, files: list[Path]) -> tuple[int, int, list[Problem]]:
+    """Merge evidence files made elsewhere; returns (new runs, already known, problems).
+
+    Nothing is written when any file is bad.
+    """
+    known = {r.run_id for r in load_evidence(root)[0]}
+    fresh: dict[str, list[Run]] = {}
+    dup = 0
+    problems: list[Problem] = []
+    for f in files:
+        runs, probs = read_evidence_file(f, str(f))
+        problems += probs
+        for run in runs:
+            if run.run_id in known:
+                dup += 1
+                continue
+            known.add(run.run_id)
+            fresh.setdefault(run.hardware_class, []).append(run)
+    if problems:
+        return 0, dup, problems
+    new = 0
+    for runs in fresh.values():
+        # Keep the imported ids: re-writing must not change content, so ids stay equal.
+        write_batch(root, runs)
+        new += len(runs)
+    return new, dup, []

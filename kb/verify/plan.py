@@ -1,0 +1,106 @@
+"""The plan: for every selected check, run it, reuse cached evidence, or skip it with the reason.
+
+Hardware-aware: a check whose verifier needs a GPU, a tool, a package or a
+local clone that this machine lacks is skipped with the exact requirement.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb.records.loader import Corpus
+from kb.records.models import Claim, Run
+from kb.verify.evidence import CPU_CLASS
+from kb.verify.hw import find_tool, gpu_class, gpus
+from kb.verify.registry import VerifierSpec, requirements_for
+
+
+@dataclass
+class Task:
+    """One check of one claim, to run on this machine."""
+
+    claim: Claim
+    index: int
+    spec: VerifierSpec
+    hardware_class: str
+    cached: Run | None = None
+
+    @property
+    def key(self) -> str:
+        """Readable task name."""
+        return f"{self.claim.id}#{self.index}"
+
+
+@dataclass
+class Plan:
+    """What `kb verify` will do."""
+
+    tasks: list[Task] = field(default_factory=list)
+    skipped: list[tuple[str, int, str, str]] = field(default_factory=list)  # claim, check, verifier, reason
+
+    @property
+    def to_run(self) -> list[Task]:
+        """Tasks not satisfied by cached evidence."""
+        return [t for t in self.tasks if t.cached is None]
+
+
+def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clones: dict[str, str],
+           sources: dict[str, Any]) -> str | None:
+    req = requirements_for(spec, check_params)
+    if req.cuda:
+        g = gpus()
+        if not g:
+            return f"needs {req.describe()}; this machine has no GPU"
+        cc = g[0]["compute_capability"]
+        if (req.min_cc and cc < req.min_cc) or (req.max_cc and cc > req.max_cc):
+            return f"needs {req.describe()}; this machine's GPU is sm_{cc}"
+        if g[0]["memory_mib"] / 1024 < req.min_gpu_memory_gb:
+            return f"needs {req.min_gpu_memory_gb} GB of GPU memory"
+    for tool in req.tools:
+        if find_tool(tool) is None:
+            return f"needs the tool {tool} (CUDA toolkit or the nvidia-cuda-{tool} wheel), which is not installed"
+    for pkg in req.packages:
+        if importlib.util.find_spec(pkg) is None:
+            return f"needs the Python package {pkg}, which is not installed"
+    if req.git_source:
+        ix = check_params.get("anchor", 0)
+        src = claim.anchors[ix].source if ix < len(claim.anchors) else "?"
+        s = sources.get(src)
+        url = (s.url or s.repo or "") if s else ""
+        github = url.startswith("https://github.com/")
+        online_ok = req.online_fallback and github and bool(os.environ.get("KB_ONLINE"))
+        if src not in clones and not online_ok:
+            var = "KB_CLONE_" + src.upper().replace("-", "_")
+            hint = ", or `kb verify --online`" if req.online_fallback and github else ""
+            return f"needs a local clone of {src} (set [clones] in kb.local.toml or {var}{hint})"
+    return None
+
+
+def make_plan(corpus: Corpus, claim_ids: list[str], registry: dict[str, VerifierSpec],
+              latest: dict[tuple[str, int, str], Run], clones: dict[str, str], force: bool,
+              kinds: set[str] | None = None) -> Plan:
+    """Decide, for every check of the selected claims, run / cached / skipped-with-reason."""
+    plan = Plan()
+    gclass = gpu_class()
+    for cid in claim_ids:
+        claim = corpus.claims[cid]
+        for i, check in enumerate(claim.checks):
+            spec = registry[check.verifier]
+            if kinds and spec.kind not in kinds:
+                continue
+            why = _unmet(spec, claim, check.params, clones, corpus.sources)
+            if why:
+                plan.skipped.append((cid, i, spec.id, why))
+                continue
+            hw = gclass if spec.is_gpu else CPU_CLASS
+            task = Task(claim, i, spec, hw)  # type: ignore[arg-type]
+            prev = latest.get((cid, i, hw))
+            if (not force and prev is not None and prev.verdict in ("supports", "refutes", "inconclusive")
+                    and prev.claim_hash == claim.content_hash() and prev.verifier_hash == spec.code_hash()
+                    and prev.params == check.params):
+                task.cached = prev
+            plan.tasks.append(task)
+    return plan

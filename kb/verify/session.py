@@ -1,0 +1,131 @@
+"""`kb verify` as a library call: plan, execute, record evidence, hand the runs to the index.
+
+The index is handed in (anything with the `IndexHandle` methods): the session
+reads the corpus and the known runs from it once, and records the new runs
+through it at the end. It never opens, re-opens or rebuilds an index itself,
+and it imports nothing from the index package.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kb.config import Config
+from kb.pinned.clones import clone_paths
+from kb.records.loader import Corpus
+from kb.records.models import Run
+from kb.verify.evidence import latest_runs, write_batch
+from kb.verify.plan import Plan, Task, make_plan
+from kb.verify.registry import VerifierSpec, load_verifiers
+from kb.verify.runner import execute
+
+
+class IndexHandle(Protocol):
+    """What verification needs of an open index."""
+
+    def corpus(self) -> Corpus:
+        """Claims and sources as validated records."""
+
+    def runs(self) -> list[Run]:
+        """Every known run."""
+
+    def record_runs(self, runs: list[Run], files: list[Path], registry: dict[str, VerifierSpec]) -> None:
+        """Add runs already written to `files` and re-derive what they touch."""
+
+    def status_counts(self) -> dict[str, int]:
+        """Claims per overall status."""
+
+
+class UnknownClaim(ValueError):
+    """A claim id given on the command line is not in the corpus."""
+
+
+def select_claims(corpus: Corpus, claim_ids: Iterable[str] = (), generation: str | None = None,
+                  topic: str | None = None) -> list[str]:
+    """Claim ids matching the filters, in corpus order; raises UnknownClaim for an unknown id."""
+    wanted = set(claim_ids)
+    unknown = [c for c in claim_ids if c not in corpus.claims]
+    if unknown:
+        raise UnknownClaim(f"no claim with id {unknown[0]!r}")
+    return [cid for cid, c in corpus.claims.items()
+            if (not wanted or cid in wanted)
+            and (not generation or c.generation == generation)
+            and (not topic or topic in c.topics)]
+
+
+@dataclass
+class VerifyResult:
+    """What a verification session did."""
+
+    plan: Plan
+    new: list[Run] = field(default_factory=list)
+    interrupted: bool = False
+    seconds: float = 0.0
+    status_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def cached(self) -> list[Run]:
+        """Runs reused from earlier evidence."""
+        return [t.cached for t in self.plan.tasks if t.cached is not None]
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary `kb verify --json` prints."""
+        all_runs = self.new + self.cached
+        return {
+            "ran": len(self.new), "cached": len(self.cached), "skipped": len(self.plan.skipped),
+            "verdicts": dict(Counter(r.verdict for r in all_runs)), "seconds": round(self.seconds, 2),
+            "claims_supported": len({r.claim_id for r in all_runs if r.verdict == "supports"}),
+            "refuted": sorted({r.claim_id for r in all_runs if r.verdict == "refutes"}),
+            "errors": [{"check": f"{r.claim_id}#{r.check_index}", "reason": r.reason}
+                       for r in all_runs if r.verdict == "error"],
+            "skips": [{"check": f"{c}#{i}", "verifier": v, "why": w} for c, i, v, w in self.plan.skipped],
+        }
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted, 3 harness errors, 1 something refuted, else 0."""
+        if self.interrupted:
+            return 130
+        s = self.summary()
+        if s["errors"]:
+            return 3
+        return 1 if s["refuted"] else 0
+
+
+def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (), generation: str | None = None,
+           topic: str | None = None, kinds: set[str] | None = None, plan_only: bool = False, force: bool = False,
+           jobs: int = 2, timeout: float | None = None,
+           progress: Callable[[int], Callable[[Task, Run], None]] | None = None) -> VerifyResult:
+    """Plan the selected checks and, unless `plan_only`, run them and record the evidence.
+
+    `progress`, given the number of checks about to run, returns the callback
+    called as each finishes. Finished runs are written even when interrupted (Ctrl-C): the evidence
+    files and the index stay consistent, and the result says so.
+    """
+    start = time.perf_counter()
+    corpus = index.corpus()
+    registry = load_verifiers(cfg.verifiers_dir)
+    selected = select_claims(corpus, claim_ids, generation, topic)
+    clones = clone_paths(cfg, corpus)
+    plan = make_plan(corpus, selected, registry, latest_runs(index.runs()), clones, force, kinds)
+    result = VerifyResult(plan=plan)
+    if plan_only:
+        return result
+    on_done = progress(len(plan.to_run)) if progress else None
+    try:
+        execute(plan, corpus, cfg, clones, jobs, timeout, on_done, runs=result.new)
+    except KeyboardInterrupt:
+        result.interrupted = True
+    by_class: dict[str, list[Run]] = {}
+    for r in result.new:
+        by_class.setdefault(r.hardware_class, []).append(r)
+    files = [p for runs in by_class.values() if (p := write_batch(cfg.root, runs)) is not None]
+    index.record_runs(result.new, files, registry)
+    result.seconds = time.perf_counter() - start
+    result.status_counts = index.status_counts()
+    return result
