@@ -84,6 +84,13 @@ def _check_problems(corpus: Corpus, claim: Claim, registry: Registry) -> list[Pr
                 out.append(_claim_problem(corpus, claim, ploc, err["msg"].removeprefix("Value error, ")))
             continue
         anchor_ix = getattr(params, "anchor", None)
+        # Code checks read a file of the pinned tree: their anchor is a repository anchor with a path.
+        if spec.id.startswith("code.") and anchor_ix is not None:
+            a = claim.anchors[anchor_ix] if 0 <= anchor_ix < len(claim.anchors) else None
+            src = corpus.sources.get(a.source) if a else None
+            if a is None or src is None or src.kind != "repo" or not a.path or not a.sha:
+                out.append(_claim_problem(corpus, claim, (*loc, "params", "anchor"),
+                                          f"anchor {anchor_ix} is not a repository anchor with a path at a pinned sha"))
         # Only a line check needs a line span; commit-level checks (source.commit) cite a commit.
         if spec.id == "source.lines" and anchor_ix is not None:
             if not 0 <= anchor_ix < len(claim.anchors):

@@ -21,6 +21,7 @@ StatusName = Literal[
 VerifierKind = Literal[
     "cpu-check",
     "source-check",
+    "pinned-code",
     "gpu-kernel-run",
     "gpu-profile",
     "gpu-bitwise-repeat",

@@ -1,0 +1,143 @@
+"""code.host-exec and code.constexpr on small real git repositories: support, refute, disagreement, cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kb.verify.hw import find_tool
+from tests.conftest import claim, commit_files, git, kb_subprocess, write_claims
+
+pytest.importorskip("torch", reason="the worker imports torch-free verifiers, but kb verify tests share this gate")
+
+HEUR = """#pragma once
+// A split rule in the style of the pinned launchers (not copied from them).
+inline int pick_splits(int work, int sms, int cap) {
+    // "}" inside a comment and a string must not end the body: "}"
+    int best = 1;
+    for (int s = 1; s <= cap; ++s) {
+        if ((work * s) % sms == 0) { best = s; break; }
+    }
+    return best;
+}
+
+int pick_splits(int work, int sms, int cap);  // a declaration, not the definition
+"""
+
+TRAITS = """#pragma once
+#include "base.h"
+template <int kHeadDim_, int kBlockM_, int kNWarps_>
+struct Traits {
+    static constexpr int kNThreads = kNWarps_ * 32;
+#if defined(__CUDA_ARCH__)
+    static constexpr int kBytes = kElemBytes;
+#else
+    static constexpr int kBytes = 1;  // the host pass differs: the device pass must be what is read
+#endif
+    static constexpr int kSmemSize = kBlockM_ * kHeadDim_ * kBytes;
+};
+"""
+
+
+def _project_with(project: Path, tmp_path: Path) -> tuple[Path, str, str]:
+    sub = tmp_path / "sub"
+    sub_sha = commit_files(sub, {"include/base.h": "#pragma once\nconstexpr int kElemBytes = 2;\n"}, "base")
+    up = tmp_path / "up"
+    sha = commit_files(up, {"src/heur.h": HEUR, "src/traits.h": TRAITS}, "one")
+    # Record `third/sub` as a submodule gitlink at sub_sha, as a superproject does.
+    git(up, "update-index", "--add", "--cacheinfo", f"160000,{sub_sha},third/sub")
+    git(up, "-c", "user.email=t@t", "-c", "user.name=T", "commit", "-qm", "submodule")
+    sha = git(up, "rev-parse", "HEAD")
+    (project / "sources" / "testrepo.yaml").write_text(
+        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n"
+        f"  - id: sub\n    kind: repo\n    url: https://example.invalid/sub\n    pins:\n      main: {sub_sha}\n")
+    return up, sha, sub_sha
+
+
+def _claims(sha: str) -> list[dict]:
+    note = claim("x")["anchors"][0]
+    heur = {"source": "testrepo", "sha": sha, "path": "src/heur.h"}
+    traits = {"source": "testrepo", "sha": sha, "path": "src/traits.h"}
+    host = {"functions": ["pick_splits"], "call": "pick_splits(work, sms, cap)",
+            "grid": {"work": list(range(1, 40)), "sms": [8, 12], "cap": [1, 4]}, "point": {"work": 6, "sms": 12, "cap": 4}}
+    cx = {"submodules": {"third/sub": ["include"]}, "prelude": "using T = Traits<64, 128, 4>;",
+          "values": {"kSmemSize": "T::kSmemSize", "kNThreads": "T::kNThreads"}}
+
+    def c(cid: str, verifier: str, params: dict, expect: dict, anchor: dict) -> dict:
+        return claim(cid, label="source-backed", anchors=[note, anchor],
+                     checks=[{"verifier": verifier, "params": {"anchor": 1, **params}, "expect": expect}])
+
+    # "always 1" as a claim might state it: exact when cap is 1, wrong for some inputs when cap is 4.
+    return [
+        c("test.host.point", "code.host-exec", host, {"value": {"equals": 2}}, heur),
+        c("test.host.point-neg", "code.host-exec", host, {"value": {"equals": 3}}, heur),
+        c("test.host.rule-true", "code.host-exec", {**host, "grid": {**host["grid"], "cap": [1]}, "rule": "1"},
+          {"disagreements": {"equals": 0}}, heur),
+        c("test.host.rule-false", "code.host-exec", {**host, "rule": "1"}, {"disagreements": {"equals": 0}}, heur),
+        c("test.cx.true", "code.constexpr", cx, {"kSmemSize": {"equals": 16384}, "kNThreads": {"equals": 128}}, traits),
+        c("test.cx.neg", "code.constexpr", cx, {"kSmemSize": {"equals": 8192}}, traits),
+    ]
+
+
+def test_host_exec_and_constexpr_support_refute_and_find_the_disagreement(project: Path, tmp_path: Path) -> None:
+    if find_tool("g++") is None or find_tool("nvcc") is None:
+        pytest.skip("needs g++ and nvcc")
+    up, sha, _ = _project_with(project, tmp_path)
+    write_claims(project, "compiled", _claims(sha))
+    env = {"KB_CLONE_TESTREPO": str(up), "KB_CLONE_SUB": str(tmp_path / "sub"), "KB_BUILD_CACHE": str(tmp_path / "build")}
+    res = kb_subprocess(project, "verify", "--json", env=env)
+    summary = json.loads(res.stdout)
+    assert summary["errors"] == [], summary["errors"]
+    refuted = set(summary["refuted"])
+    assert {"test.host.point-neg", "test.host.rule-false", "test.cx.neg"} <= refuted
+    assert not {"test.host.point", "test.host.rule-true", "test.cx.true"} & refuted
+    show = json.loads(kb_subprocess(project, "show", "test.host.rule-false", "--json").stdout)
+    run = show["runs"][0]
+    first = run["measurements"]["first_disagreement"]["value"]
+    assert first["pinned_code"] != first["rule"] and set(first["input"]) == {"work", "sms", "cap"}
+    cx = json.loads(kb_subprocess(project, "show", "test.cx.true", "--json").stdout)["runs"][0]
+    # The device pass was read (kBytes = 2), the submodule commit and the compiler are recorded.
+    assert cx["measurements"]["kSmemSize"]["value"] == 64 * 128 * 2
+    assert "nvcc" in cx["environment"]["compiler"] or "cuda" in cx["environment"]["compiler"]
+    assert list(cx["environment"]["submodules"].values()) == [git(tmp_path / "sub", "rev-parse", "HEAD")]
+    # Second run: nothing to compile (the build cache answers), same verdicts.
+    again = json.loads(kb_subprocess(project, "verify", "--json", "--force", env=env).stdout)
+    assert set(again["refuted"]) == set(summary["refuted"])
+    logs = json.loads(kb_subprocess(project, "show", "test.cx.true", "--json").stdout)["runs"][0]["log"]
+    assert "(cached)" in logs
+
+
+def test_without_the_submodule_clone_the_check_is_skipped_with_the_reason(project: Path, tmp_path: Path) -> None:
+    if find_tool("nvcc") is None:
+        pytest.skip("needs nvcc")
+    up, sha, sub_sha = _project_with(project, tmp_path)
+    write_claims(project, "compiled", [c for c in _claims(sha) if c["id"] == "test.cx.true"])
+    res = kb_subprocess(project, "verify", "--json", env={"KB_CLONE_TESTREPO": str(up),
+                                                          "KB_BUILD_CACHE": str(tmp_path / "build")})
+    summary = json.loads(res.stdout)
+    skip = [s for s in summary["skips"] if s["check"] == "test.cx.true#0"]
+    assert skip and sub_sha in skip[0]["why"] and "sub" in skip[0]["why"]
+
+
+def test_extract_function_takes_the_definition_with_its_template_header() -> None:
+    from verifiers.compiled import extract_function
+
+    body = extract_function(HEUR, "pick_splits")
+    assert body.startswith("inline int pick_splits(") and body.rstrip().endswith("}")
+    assert "return best;" in body and "declaration" not in body
+    src = "namespace x {\ntemplate <typename T>\nT twice(T v) {\n    return v + v;\n}\n}\n"
+    assert extract_function(src, "twice").startswith("template <typename T>\nT twice(")
+    with pytest.raises(ValueError):
+        extract_function(HEUR, "no_such_function")
+
+
+def test_rule_evaluation_is_arithmetic_only() -> None:
+    from verifiers.compiled import eval_rule
+
+    assert eval_rule("ceil_div(a, b) if a > 0 else 0", {"a": 7, "b": 2}) == 4
+    assert eval_rule("min(a, 30)", {"a": 40}) == 30
+    for bad in ("__import__('os')", "a.real", "[a]"):
+        with pytest.raises(ValueError):
+            eval_rule(bad, {"a": 1})

@@ -1,0 +1,420 @@
+"""The pinned code itself, compiled and run: host functions and compile-time constants.
+
+Two verifiers read values that the pinned source computes, not values the note
+or the KB typed:
+
+- `code.host-exec` extracts a named function (and the functions it needs) from
+  the cited file at its pinned SHA, compiles it with g++ beside a small
+  harness, and runs it over a grid of inputs. It reports the value at the
+  claim's point and, when the check states the claim's rule as an
+  expression, every grid input where the rule and the pinned code disagree
+  (the first one is kept as the finding).
+- `code.constexpr` materialises the pinned tree (and the submodules it
+  needs, e.g. cutlass at the commit the superproject records), includes the
+  cited headers, and has nvcc's device pass evaluate constant expressions
+  over the pinned templates (`Flash_fwd_kernel_traits<...>::kSmemSize`). The
+  values are read back from the PTX initialisers, so `__CUDA_ARCH__`-dependent
+  traits take their device-side branch.
+
+The harness and the expressions are the KB's own; the function bodies and
+templates come byte-for-byte from the pinned blobs and are never committed.
+Builds are cached under `.kb/build/` by (generated source, flags, compiler),
+so a re-run costs nothing; evidence records compiler, flags, SHA and the
+hash of what was compiled.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import operator
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from kb.hw import find_tool
+from kb.registry import Context, Outcome, Params, Requirements, verifier
+
+Scalar = int | float | bool
+
+
+# --------------------------------------------------------------------------- pinned text
+
+
+def _git(gitdir: str, *args: str, binary: bool = False) -> Any:
+    res = subprocess.run(["git", f"--git-dir={_gitdir(gitdir)}", *args], capture_output=True, timeout=300)
+    if res.returncode != 0:
+        raise FileNotFoundError(f"git {' '.join(args[:3])}: {res.stderr.decode(errors='replace').strip()[:300]}")
+    return res.stdout if binary else res.stdout.decode("utf-8", errors="replace")
+
+
+def _gitdir(path: str) -> str:
+    p = Path(path)
+    return str(p / ".git") if (p / ".git").exists() else str(p)
+
+
+def _anchor(p: Any, ctx: Context) -> tuple[dict[str, Any], str]:
+    """The repository anchor the check cites, and the local clone holding it."""
+    anchors = ctx.claim["anchors"]
+    if not 0 <= p.anchor < len(anchors):
+        raise ValueError(f"anchor {p.anchor} is out of range")
+    a = anchors[p.anchor]
+    if not a.get("sha") or not a.get("path"):
+        raise ValueError(f"anchor {p.anchor} is not a repository anchor with a path")
+    clone = ctx.clones.get(a["source"])
+    if not clone:
+        raise FileNotFoundError(f"no local clone of {a['source']}")
+    return a, clone
+
+
+def _cache_root(ctx: Context) -> Path:
+    root = Path(os.environ.get("KB_BUILD_CACHE") or Path.cwd() / ".kb" / "build")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _tool_version(tool: str) -> str:
+    out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60).stdout.strip().splitlines()
+    return (out[-1] if "nvcc" in tool else out[0]) if out else tool
+
+
+# --------------------------------------------------------------------------- C++ extraction
+
+
+def _strip_comments_keep_layout(src: str) -> str:
+    """Blank out comments and string contents (same length), so brace matching ignores them."""
+    out = list(src)
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out[i:j] = [ch if ch == "\n" else " " for ch in src[i:j]]
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c:
+                j += 2 if src[j] == "\\" else 1
+            out[i + 1:j] = " " * (j - i - 1)
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def extract_function(src: str, name: str) -> str:
+    """The full definition of function `name` (with its template header) as it stands in `src`.
+
+    The definition is the occurrence of `name(` whose parameter list is followed
+    by a body `{...}` (after optional qualifiers), not a call or a declaration.
+    """
+    clean = _strip_comments_keep_layout(src)
+    for m in re.finditer(rf"(?<![\w:.>]){re.escape(name)}\s*\(", clean):
+        depth, i = 0, m.end() - 1
+        while i < len(clean):
+            depth += {"(": 1, ")": -1}.get(clean[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        tail = re.match(r"\s*(?:const\s*)?(?:noexcept\s*)?(?:->\s*[\w:<>, ]+)?\s*\{", clean[i:])
+        if not tail:
+            continue
+        # Start of the declaration: back to the end of the previous statement, block or directive.
+        line_start = clean.rfind("\n", 0, m.start()) + 1
+        start = line_start
+        while start > 0:
+            prev_end = start - 1
+            prev_start = clean.rfind("\n", 0, prev_end) + 1
+            prev = clean[prev_start:prev_end].strip()
+            if not prev or prev.endswith((";", "}", "{")) or prev.startswith("#"):
+                break
+            start = prev_start
+        j = i + tail.end() - 1
+        depth = 0
+        while j < len(clean):
+            depth += {"{": 1, "}": -1}.get(clean[j], 0)
+            j += 1
+            if depth == 0:
+                return src[start:j]
+        raise ValueError(f"unbalanced braces after {name}")
+    raise ValueError(f"no definition of {name}( found")
+
+
+# --------------------------------------------------------------------------- rules as the claim states them
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+        ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
+        ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+        ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_FUNCS = {"min": min, "max": max, "abs": abs, "int": int, "float": float, "bool": bool, "round": round,
+          "ceil_div": lambda a, b: -(-a // b), "ceil": lambda x: -int(-x // 1), "floor": lambda x: int(x // 1)}
+
+
+def eval_rule(expr: str, env: dict[str, Scalar]) -> Scalar:
+    """Evaluate a rule as a claim states it: arithmetic, comparisons, `a if c else b`, and/or, min/max/ceil_div."""
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float | bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                raise ValueError(f"rule uses unknown name {node.id!r}")
+            return env[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.Compare):
+            left = ev(node.left)
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                r = ev(right)
+                if not _OPS[type(op)](left, r):
+                    return False
+                left = r
+            return True
+        if isinstance(node, ast.BoolOp):
+            vals = [ev(v) for v in node.values]
+            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+        if isinstance(node, ast.IfExp):
+            return ev(node.body) if ev(node.test) else ev(node.orelse)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise ValueError(f"unsupported syntax in rule: {ast.dump(node)[:80]}")
+
+    return ev(ast.parse(expr, mode="eval"))
+
+
+# --------------------------------------------------------------------------- code.host-exec
+
+DEFAULT_HOST_FLAGS = ["-O0", "-std=c++17"]
+
+
+class HostExecParams(Params):
+    """A function of the pinned file, called over a grid; the claim's point and (optionally) its rule."""
+
+    anchor: int = 0
+    functions: list[str] = Field(min_length=1)  # extracted in this order (helpers first)
+    prelude: str = ""  # the KB's own declarations the extracted code needs (includes, stand-in types)
+    call: str  # C++ expression over the grid variables, e.g. "num_splits_heuristic(bh, sms, nblk, 128)"
+    grid: dict[str, list[Scalar]] = Field(min_length=1)
+    point: dict[str, Scalar] | None = None  # the input the claim's number is about -> measurement `value`
+    rule: str | None = None  # the rule as the claim states it (Python expression over the grid variables)
+    flags: list[str] = DEFAULT_HOST_FLAGS
+
+
+def _ctype(values: list[Scalar]) -> str:
+    if all(isinstance(v, bool) for v in values):
+        return "bool"
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "long long"
+    return "double"
+
+
+def _host_source(p: HostExecParams, bodies: list[str]) -> str:
+    names = list(p.grid)
+    decls = "\n".join(f"    {_ctype(p.grid[n])} {n};" for n in names)
+    reads = "\n".join(f"        {{ double t; if (!(std::cin >> t)) return 0; {n} = ({_ctype(p.grid[n])})t; }}"
+                      for n in names)
+    return (
+        "// Generated by kb (code.host-exec): harness is kb's own; the functions below are from the pinned file.\n"
+        "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include <iostream>\n#include <vector>\n"
+        f"{p.prelude}\n\n" + "\n\n".join(bodies) + "\n\n"
+        "int main() {\n" + decls + "\n    for (;;) {\n" + reads + "\n"
+        f"        auto kb_result = ({p.call});\n"
+        "        std::printf(\"%.17g\\n\", (double)kb_result);\n    }\n}\n"
+    )
+
+
+def _grid_points(grid: dict[str, list[Scalar]]) -> list[dict[str, Scalar]]:
+    names = list(grid)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(grid[n] for n in names))]
+
+
+def _number(x: float) -> Scalar:
+    return int(x) if float(x).is_integer() else x
+
+
+@verifier("code.host-exec", kind="pinned-code", params=HostExecParams,
+          requires=Requirements(tools=("g++",), git_source=True), timeout_s=300)
+def host_exec(p: HostExecParams, ctx: Context) -> Outcome:
+    """Compile the pinned function with a harness, run it over the grid; `value` at the point, rule disagreements."""
+    a, clone = _anchor(p, ctx)
+    text = _git(clone, "show", f"{a['sha']}:{a['path']}")
+    bodies = [extract_function(text, f) for f in p.functions]
+    source = _host_source(p, bodies)
+    gxx = find_tool("g++") or shutil.which("g++") or "g++"
+    version = _tool_version(gxx)
+    key = hashlib.sha256(json.dumps([source, p.flags, version]).encode()).hexdigest()[:20]
+    exe = _cache_root(ctx) / "host" / key / "harness"
+    cached = exe.exists()
+    if not cached:
+        # Lanes may build the same harness at once: each writes its own files, the rename is atomic.
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        tag = f"{os.getpid()}"
+        src_file = exe.parent / f"harness.{tag}.cpp"
+        src_file.write_text(source)
+        res = subprocess.run([gxx, *p.flags, "-o", f"{exe}.{tag}", str(src_file)],
+                             capture_output=True, text=True, timeout=240)
+        if res.returncode != 0:
+            raise RuntimeError(f"g++ failed: {res.stderr[-800:]}")
+        os.replace(f"{exe}.{tag}", exe)
+        os.replace(src_file, exe.parent / "harness.cpp")
+    points = _grid_points(p.grid)
+    n_grid = len(points)
+    if p.point is not None and p.point not in points:
+        points.append(dict(p.point))  # answered, but not part of the rule sweep
+    stdin = "\n".join(" ".join(repr(float(pt[n])) for n in p.grid) for pt in points) + "\n"
+    run = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=120)
+    if run.returncode != 0:
+        raise RuntimeError(f"harness exited {run.returncode}: {run.stderr[-300:]}")
+    outputs = [_number(float(x)) for x in run.stdout.split()]
+    if len(outputs) != len(points):
+        raise RuntimeError(f"harness answered {len(outputs)} of {len(points)} inputs")
+    meas: dict[str, tuple[Any, str]] = {"grid_points": (len(points), "inputs")}
+    if p.point is not None:
+        meas["value"] = (outputs[points.index(p.point)], "")
+    log = [f"{a['source']} {a['path']} @ {a['sha']}; functions {', '.join(p.functions)}",
+           f"compiler: {version}; flags: {' '.join(p.flags)}; build {key}{' (cached)' if cached else ''}"]
+    if p.rule is not None:
+        bad = []
+        for pt, got in zip(points[:n_grid], outputs[:n_grid], strict=True):
+            stated = eval_rule(p.rule, pt)
+            if _number(float(stated)) != got:
+                bad.append({"input": pt, "pinned_code": got, "rule": _number(float(stated))})
+        meas["disagreements"] = (len(bad), "inputs")
+        if bad:
+            meas["first_disagreement"] = (bad[0], "")
+            log.append(f"first disagreement: {bad[0]}")
+    return Outcome(measurements=meas, log="\n".join(log),
+                   environment={"compiler": version, "flags": p.flags, "source_sha": a["sha"],
+                                "compiled_sha256": hashlib.sha256(source.encode()).hexdigest()})
+
+
+# --------------------------------------------------------------------------- code.constexpr
+
+# Flags of the pinned setup.py files that change what the headers compute.
+DEFAULT_CUDA_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
+                      "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                      "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
+
+
+class ConstexprParams(Params):
+    """Constant expressions over the pinned templates, evaluated by nvcc's device pass."""
+
+    anchor: int = 0
+    include: list[str] = []  # repo-relative headers to #include (default: the anchor's file)
+    dirs: list[str] = []  # repo-relative directories to materialise and put on -I (default: the anchor's folder)
+    submodules: dict[str, list[str]] = {}  # gitlink path -> its folders to put on -I, e.g. {"csrc/cutlass": ["include"]}
+    prelude: str = ""  # the KB's own aliases, e.g. "using T = Flash_fwd_kernel_traits<128, 128, 64, 4>;"
+    values: dict[str, str] = Field(min_length=1)  # measurement name -> C++ constant expression
+    arch: str = "sm_80"
+    flags: list[str] = DEFAULT_CUDA_FLAGS
+
+
+def _materialise(clone: str, sha: str, dirs: list[str], root: Path) -> Path:
+    """Extract `dirs` of the tree at `sha` once into the build cache; returns the tree root."""
+    key = hashlib.sha256(json.dumps([sha, sorted(dirs)]).encode()).hexdigest()[:16]
+    dest = root / "trees" / key
+    if (dest / ".complete").exists():
+        return dest
+    tmp = Path(tempfile.mkdtemp(dir=root))
+    data = _git(clone, "archive", "--format=tar", sha, *dirs, binary=True)
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(tmp, filter="data")
+    (tmp / ".complete").write_text(f"{sha} {' '.join(dirs)}\n")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # another lane finished the same tree first: use that one
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / ".complete").exists():
+            raise
+    return dest
+
+
+def gitlink(clone: str, sha: str, path: str) -> str:
+    """The commit a superproject at `sha` records for its submodule at `path`."""
+    out = _git(clone, "ls-tree", sha, path).split()
+    if len(out) < 3 or out[1] != "commit":
+        raise FileNotFoundError(f"{path} is not a submodule at {sha[:12]}")
+    return out[2]
+
+
+# `= value` when non-zero; a zero-initialised global is declared without an initialiser.
+_PTX_INIT = re.compile(r"^\.global \.align \d+ \.[us]64 (kb_value_\d+)(?: = (-?\d+))?;", re.M)
+
+
+@verifier("code.constexpr", kind="pinned-code", params=ConstexprParams,
+          requires=Requirements(tools=("nvcc",), git_source=True), timeout_s=900)
+def constexpr_values(p: ConstexprParams, ctx: Context) -> Outcome:
+    """Compile-time constants of the pinned templates as nvcc's device pass computes them."""
+    a, clone = _anchor(p, ctx)
+    root = _cache_root(ctx)
+    dirs = p.dirs or [str(Path(a["path"]).parent)]
+    tree = _materialise(clone, a["sha"], dirs, root)
+    incs = [f"-I{tree / d}" for d in dirs]
+    subs_used = {}
+    for sub, folders in p.submodules.items():
+        commit = gitlink(clone, a["sha"], sub)
+        sub_clone = ctx.clones.get(Path(sub).name)
+        if not sub_clone:
+            return Outcome(verdict="skipped", reason=f"needs a local clone of {Path(sub).name} (submodule {sub} @ {commit})")
+        sub_tree = _materialise(sub_clone, commit, folders, root)
+        incs += [f"-I{sub_tree / f}" for f in folders]
+        subs_used[sub] = commit
+    include = p.include or [a["path"]]
+    names = list(p.values)
+    source = ("// Generated by kb (code.constexpr): the expressions are kb's own; the headers are the pinned ones.\n"
+              + "".join(f'#include "{h}"\n' for h in include)
+              + f"{p.prelude}\n"
+              + "".join(f"__device__ long long kb_value_{i} = (long long)({p.values[n]});\n" for i, n in enumerate(names)))
+    nvcc = find_tool("nvcc") or "nvcc"
+    version = _tool_version(nvcc)
+    arch = p.arch.removeprefix("sm_")
+    flags = [f"-arch=sm_{arch}", *p.flags]
+    key = hashlib.sha256(json.dumps([source, flags, version, a["sha"], subs_used, dirs]).encode()).hexdigest()[:20]
+    out = root / "constexpr" / key
+    ptx = out / "values.ptx"
+    cached = ptx.exists()
+    if not cached:
+        out.mkdir(parents=True, exist_ok=True)
+        tag = f"{os.getpid()}"
+        src_file = out / f"values.{tag}.cu"
+        src_file.write_text(source)
+        res = subprocess.run([nvcc, *flags, *incs, "-I" + str(tree), "-ptx", "-o", f"{ptx}.{tag}", str(src_file)],
+                             capture_output=True, text=True, timeout=840)
+        if res.returncode != 0:
+            raise RuntimeError(f"nvcc failed: {res.stderr[-1200:]}")
+        os.replace(f"{ptx}.{tag}", ptx)
+        os.replace(src_file, out / "values.cu")
+    found = {name: value or "0" for name, value in _PTX_INIT.findall(ptx.read_text())}
+    meas: dict[str, tuple[Any, str]] = {}
+    for i, n in enumerate(names):
+        if f"kb_value_{i}" not in found:
+            raise RuntimeError(f"{n}: no constant initialiser in the PTX (not a constant expression?)")
+        meas[n] = (int(found[f"kb_value_{i}"]), "")
+    log = (f"{a['source']} @ {a['sha']}; include {', '.join(include)}; submodules {subs_used or 'none'}\n"
+           f"compiler: {version}; flags: {' '.join(flags)}; build {key}{' (cached)' if cached else ''}\n"
+           + "\n".join(f"{n} = {p.values[n]} -> {meas[n][0]}" for n in names))
+    return Outcome(measurements=meas, log=log,
+                   environment={"compiler": version, "flags": flags, "source_sha": a["sha"], "submodules": subs_used,
+                                "compiled_sha256": hashlib.sha256(source.encode()).hexdigest()})
