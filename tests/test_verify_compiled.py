@@ -138,6 +138,52 @@ def test_rule_evaluation_is_arithmetic_only() -> None:
 
     assert eval_rule("ceil_div(a, b) if a > 0 else 0", {"a": 7, "b": 2}) == 4
     assert eval_rule("min(a, 30)", {"a": 40}) == 30
-    for bad in ("__import__('os')", "a.real", "[a]"):
+    for bad in ("__import__('os')", "a.real", "[x for x in b]", "{'k': a}"):
         with pytest.raises(ValueError):
             eval_rule(bad, {"a": 1})
+
+
+PYHEUR = '''from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cfg:
+    tile_m: int
+    tile_n: int
+
+
+def pick(d, causal):
+    if d <= 64:
+        return Cfg(192, 128)
+    return Cfg(128, 96 if causal else 128)
+'''
+
+
+def test_py_exec_runs_pinned_python_and_finds_the_disagreement(project: Path, tmp_path: Path) -> None:
+    up = tmp_path / "pyup"
+    sha = commit_files(up, {"pkg/iface.py": PYHEUR}, "py")
+    (project / "sources" / "testrepo.yaml").write_text(
+        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n")
+    note = claim("x")["anchors"][0]
+    anchor = {"source": "testrepo", "sha": sha, "path": "pkg/iface.py"}
+    base = {"anchor": 1, "functions": ["Cfg", "pick"], "prelude": "from dataclasses import dataclass",
+            "call": "pick(d, causal)", "grid": {"d": [64, 128, 256], "causal": [False, True]}, "point": {"d": 128, "causal": False}}
+
+    def c(cid: str, params: dict, expect: dict) -> dict:
+        return claim(cid, label="source-backed", anchors=[note, anchor],
+                     checks=[{"verifier": "code.py-exec", "params": {**base, **params}, "expect": expect}])
+
+    write_claims(project, "py", [
+        c("test.py.point", {}, {"value": {"equals": [128, 128]}}),
+        c("test.py.point-neg", {}, {"value": {"equals": [128, 96]}}),
+        c("test.py.rule", {"rule": "[192, 128] if d <= 64 else [128, 96 if causal else 128]"}, {"disagreements": {"equals": 0}}),
+        # The note's rule forgets the causal case: the sweep must find it.
+        c("test.py.rule-neg", {"rule": "[192, 128] if d <= 64 else [128, 128]"}, {"disagreements": {"equals": 0}}),
+    ])
+    summary = json.loads(kb_subprocess(project, "verify", "--json", env={"KB_CLONE_TESTREPO": str(up)}).stdout)
+    assert summary["errors"] == []
+    assert {"test.py.point-neg", "test.py.rule-neg"} <= set(summary["refuted"])
+    assert not {"test.py.point", "test.py.rule"} & set(summary["refuted"])
+    run = json.loads(kb_subprocess(project, "show", "test.py.rule-neg", "--json").stdout)["runs"][0]
+    first = run["measurements"]["first_disagreement"]["value"]
+    assert first["input"]["causal"] is True and first["pinned_code"] == [128, 96] and first["rule"] == [128, 128]

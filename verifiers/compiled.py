@@ -1,7 +1,7 @@
 """The pinned code itself, compiled and run: host functions and compile-time constants.
 
-Two verifiers read values that the pinned source computes, not values the note
-or the KB typed:
+Three verifiers read values that the pinned source computes, not values the
+note or the KB typed:
 
 - `code.host-exec` extracts a named function (and the functions it needs) from
   the cited file at its pinned SHA, compiles it with g++ beside a small
@@ -9,6 +9,8 @@ or the KB typed:
   claim's point and, when the check states the claim's rule as an
   expression, every grid input where the rule and the pinned code disagree
   (the first one is kept as the finding).
+- `code.py-exec` does the same for a pure-Python host function of a pinned
+  `.py` file (FA4's tile-size and split heuristics), run in a fresh namespace.
 - `code.constexpr` materialises the pinned tree (and the submodules it
   needs, e.g. cutlass at the commit the superproject records), includes the
   cited headers, and has nvcc's device pass evaluate constant expressions
@@ -196,6 +198,8 @@ def eval_rule(expr: str, env: dict[str, Scalar]) -> Scalar:
             return all(vals) if isinstance(node.op, ast.And) else any(vals)
         if isinstance(node, ast.IfExp):
             return ev(node.body) if ev(node.test) else ev(node.orelse)
+        if isinstance(node, ast.Tuple | ast.List):
+            return [ev(e) for e in node.elts]
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
             return _FUNCS[node.func.id](*[ev(a) for a in node.args])
         raise ValueError(f"unsupported syntax in rule: {ast.dump(node)[:80]}")
@@ -418,3 +422,88 @@ def constexpr_values(p: ConstexprParams, ctx: Context) -> Outcome:
     return Outcome(measurements=meas, log=log,
                    environment={"compiler": version, "flags": flags, "source_sha": a["sha"], "submodules": subs_used,
                                 "compiled_sha256": hashlib.sha256(source.encode()).hexdigest()})
+
+
+# --------------------------------------------------------------------------- code.py-exec
+
+
+def _normal(v: Any) -> Any:
+    """Comparable form: tuples as lists, integral floats as ints."""
+    if isinstance(v, list | tuple):
+        return [_normal(x) for x in v]
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int | float):
+        return _number(float(v))
+    import dataclasses
+
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return [_normal(getattr(v, f.name)) for f in dataclasses.fields(v)]
+    raise TypeError(f"unsupported result type {type(v).__name__}")
+
+
+def extract_py_function(src: str, name: str) -> str:
+    """The source of `def name` or `class name` in a Python file, decorators included."""
+    tree = ast.parse(src)
+    lines = src.splitlines(keepends=True)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            body = lines[start:node.end_lineno]
+            indent = len(body[0]) - len(body[0].lstrip())
+            return "".join(ln[indent:] if ln.strip() else ln for ln in body)
+    raise ValueError(f"no definition of {name} found")
+
+
+class PyExecParams(Params):
+    """Pure-Python functions of the pinned file, called over a grid."""
+
+    anchor: int = 0
+    functions: list[str] = Field(min_length=1)  # functions or classes (a dataclass result compares as its field list)
+    prelude: str = ""  # our own imports/stand-ins, e.g. "import math"
+    call: str  # Python expression over the grid names, e.g. "_tile_size_fwd_sm90(d, d, causal, False)"
+    grid: dict[str, list[Scalar | None]] = Field(min_length=1)
+    point: dict[str, Scalar | None] | None = None
+    rule: str | None = None
+
+
+@verifier("code.py-exec", kind="pinned-code", params=PyExecParams, requires=Requirements(git_source=True), timeout_s=120)
+def py_exec(p: PyExecParams, ctx: Context) -> Outcome:
+    """Run pinned pure-Python host functions over the grid; `value` at the point, rule disagreements."""
+    import sys
+
+    a, clone = _anchor(p, ctx)
+    text = _git(clone, "show", f"{a['sha']}:{a['path']}")
+    code = p.prelude + "\n\n" + "\n\n".join(extract_py_function(text, f) for f in p.functions)
+    import types
+
+    # A real module, so that decorators that look their class's module up (dataclass) work.
+    module = types.ModuleType("kb_pinned_code")
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(code, f"{a['path']}@{a['sha'][:12]}", "exec"), module.__dict__)  # pinned code, chosen by the check
+    finally:
+        sys.modules.pop(module.__name__, None)
+    namespace = module.__dict__
+    points = _grid_points(p.grid)  # type: ignore[arg-type]
+    n_grid = len(points)
+    if p.point is not None and p.point not in points:
+        points.append(dict(p.point))
+    outputs = [_normal(eval(p.call, dict(namespace), dict(pt))) for pt in points]
+    meas: dict[str, tuple[Any, str]] = {"grid_points": (len(points), "inputs")}
+    if p.point is not None:
+        meas["value"] = (outputs[points.index(p.point)], "")
+    log = [f"{a['source']} {a['path']} @ {a['sha']}; functions {', '.join(p.functions)}; python {sys.version.split()[0]}"]
+    if p.rule is not None:
+        bad = []
+        for pt, got in zip(points[:n_grid], outputs[:n_grid], strict=True):
+            stated = _normal(eval_rule(p.rule, pt))  # type: ignore[arg-type]
+            if stated != got:
+                bad.append({"input": pt, "pinned_code": got, "rule": stated})
+        meas["disagreements"] = (len(bad), "inputs")
+        if bad:
+            meas["first_disagreement"] = (bad[0], "")
+            log.append(f"first disagreement: {bad[0]}")
+    return Outcome(measurements=meas, log="\n".join(log),
+                   environment={"python": sys.version.split()[0], "source_sha": a["sha"],
+                                "compiled_sha256": hashlib.sha256(code.encode()).hexdigest()})
