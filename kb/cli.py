@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from kb.config import Config, load_config
+from kb.index.strength import GRADES
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
 from kb.render import emit_json, table
 
@@ -78,8 +79,8 @@ def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
         for r in rows:
             click.echo(json.dumps(r))
     else:
-        click.echo(table([(r["id"], r["generation"], r["status"], r["statement"]) for r in rows],
-                         ["id", "gen", "status", "statement"]))
+        click.echo(table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
+                         ["id", "gen", "status", "strength", "statement"]))
         click.echo(f"{len(rows)} claim(s)", err=True)
 
 
@@ -91,6 +92,8 @@ def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--source", help="Only claims anchored in this source id.")
 @click.option("--arch", help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
+@click.option("--strength", type=click.Choice(GRADES),
+              help="Only claims whose verdict rests on evidence of this grade (measured, derived, cited, restated).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array.")
 @click.option("--nl", is_flag=True, help="Newline-delimited JSON.")
 @click.pass_context
@@ -149,7 +152,8 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
             click.echo(f"{rel.replace('_', ' ')}: " + ", ".join(rec[rel]))
     click.echo("status:")
     for s in rec["status"]:
-        click.echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {s['reason']}")
+        grade = f"[{s['strength']}] " if s.get("strength") else ""
+        click.echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {grade}{s['reason']}")
     if rec["runs"]:
         click.echo("evidence:")
         for r in rec["runs"][:10]:

@@ -25,9 +25,14 @@ def prov_document(db: sqlite_utils.Database) -> dict[str, Any]:
         if a["sha"]:
             attrs["kb:revision"] = a["sha"]
         doc["wasDerivedFrom"][f"_:d{n}"] = attrs
-    for c in db.query("SELECT id, statement, content_hash FROM claims"):
-        doc["entity"][f"kb:{c['id']}"] = {"prov:type": "kb:claim", "prov:value": c["statement"],
-                                         "kb:contentHash": c["content_hash"]}
+    sql = ("SELECT c.id, c.statement, c.content_hash, s.status, s.strength FROM claims c "
+           "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'")
+    for c in db.query(sql):
+        ent = {"prov:type": "kb:claim", "prov:value": c["statement"], "kb:contentHash": c["content_hash"],
+               "kb:status": c["status"]}
+        if c["strength"]:
+            ent["kb:evidenceStrength"] = c["strength"]  # kb/index/strength.py: measured, derived, cited, restated
+        doc["entity"][f"kb:{c['id']}"] = ent
     for r in db.query("SELECT run_id, claim_id, verifier, verdict, hardware_class, started, json FROM runs"):
         rid = f"run:{r['run_id']}"
         doc["activity"][rid] = {"prov:startTime": r["started"], "kb:verdict": r["verdict"],

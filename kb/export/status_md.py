@@ -71,6 +71,26 @@ def render_status(db: sqlite_utils.Database) -> str:
         lines.append(f"| {label} | {len(ids)} | {st['verified']} | {st['refuted']} | {st['review-only']} |")
     lines.append("")
 
+    lines += ["## Evidence strength", "",
+              "The strongest grade among the runs that decide each claim's verdict (rules in `kb/index/strength.py`): "
+              "**measured** on a GPU, **derived** from the pinned code, the compiler or an fp64 computation that could "
+              "disagree, **cited** from the pinned text, **restated** from the statement's own numbers or the KB's "
+              "constants; **none** where no check decides the claim.", "",
+              "| generation | claims | measured | derived | cited | restated | none |", "|---|---:|---:|---:|---:|---:|---:|"]
+    by_gen: dict[str, Counter] = defaultdict(Counter)
+    for cid, c in claims.items():
+        by_gen[c["generation"]][(overall.get(cid) or {}).get("strength") or "none"] += 1
+    total: Counter = Counter()
+    for gen in GENERATIONS:
+        if gen in by_gen:
+            k = by_gen[gen]
+            total.update(k)
+            lines.append(f"| {gen} | {sum(k.values())} | {k['measured']} | {k['derived']} | {k['cited']} | "
+                         f"{k['restated']} | {k['none']} |")
+    lines.append(f"| all | {sum(total.values())} | {total['measured']} | {total['derived']} | {total['cited']} | "
+                 f"{total['restated']} | {total['none']} |")
+    lines.append("")
+
     refuted = sorted(i for i, o in overall.items() if o["status"] == "refuted")
     lines += ["## Refuted claims", "",
               "A refuted claim records what the notes assert and the evidence against it; it is a finding, not an error.", ""]

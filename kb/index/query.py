@@ -8,26 +8,29 @@ from typing import Any
 
 import sqlite_utils
 
-CLAIM_COLUMNS = "c.id, c.statement, c.generation, c.phase, c.label, c.topics, c.file, c.line, s.status, s.reason"
+CLAIM_COLUMNS = ("c.id, c.statement, c.generation, c.phase, c.label, c.topics, c.file, c.line, s.status, s.reason, "
+                 "s.strength")
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": r["id"], "statement": r["statement"], "generation": r["generation"], "phase": r["phase"],
         "label": r["label"], "topics": json.loads(r["topics"]), "status": r["status"],
-        "status_reason": r["reason"], "file": r["file"], "line": r["line"],
+        "status_reason": r["reason"], "strength": r["strength"], "file": r["file"], "line": r["line"],
     }
 
 
 def list_claims(db: sqlite_utils.Database, generation: str | None = None, topic: str | None = None,
                 phase: str | None = None, label: str | None = None, status: str | None = None,
-                source: str | None = None, arch: str | None = None) -> list[dict[str, Any]]:
+                source: str | None = None, arch: str | None = None,
+                strength: str | None = None) -> list[dict[str, Any]]:
     """Claims matching every given filter, ordered by id (`arch` matches within the scope's arch text)."""
     where, args = [], []
     if arch:
         where.append("c.arch LIKE ?")
         args.append(f"%{arch}%")
-    for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status)):
+    for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status),
+                     ("s.strength", strength)):
         if val:
             where.append(f"{col} = ?")
             args.append(val)
@@ -88,3 +91,13 @@ def status_counts(db: sqlite_utils.Database) -> dict[str, int]:
     """Overall status -> number of claims."""
     return {r["status"]: r["n"] for r in
             db.query("SELECT status, count(*) AS n FROM status WHERE hardware_class = '*' GROUP BY status")}
+
+
+def strength_counts(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
+    """Generation -> evidence grade -> number of claims (overall verdicts; '-' where nothing decides)."""
+    out: dict[str, dict[str, int]] = {}
+    sql = ("SELECT c.generation AS g, coalesce(s.strength, '-') AS k, count(*) AS n FROM claims c "
+           "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*' GROUP BY g, k")
+    for r in db.query(sql):
+        out.setdefault(r["g"], {})[r["k"]] = r["n"]
+    return out

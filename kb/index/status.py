@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kb.index.strength import grade, strongest
 from kb.records.models import Claim, Run, Status
 from kb.verify.evidence import CPU_CLASS, latest_runs
 from kb.verify.registry import VerifierSpec, requirements_for
@@ -85,8 +86,14 @@ def derive(
             out[i] = st.model_copy(update={"reason": f"{st.reason}; also source drift: {drift[st.claim_id]}"})
         elif st.status != "stale":
             out[i] = Status(claim_id=st.claim_id, hardware_class=ANY_CLASS, status="stale",
-                            reason=f"source drift: {drift[st.claim_id]} (was {st.status})", run_ids=st.run_ids)
+                            reason=f"source drift: {drift[st.claim_id]} (was {st.status})", run_ids=st.run_ids,
+                            strength=st.strength)  # drift changes the status, not what the evidence was
     return out
+
+
+def _strength(claim: Claim, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> str | None:
+    """Strongest grade among the given (deciding) runs."""
+    return strongest([grade(registry.get(r.verifier), r.expect, r.hardware_class)[0] for r in runs])
 
 
 def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> Status:
@@ -94,19 +101,22 @@ def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str,
     stale = [s for r in runs if (s := _stale_reason(claim, r, registry.get(r.verifier)))]
     verdicts = {r.verdict for r in runs}
     refuting = [r for r in runs if r.verdict == "refutes"]
+    strength = None
     if stale:
         status, reason = "stale", stale[0]
     elif refuting:
         status, reason = "refuted", f"check {refuting[0].check_index}: {refuting[0].reason}"
+        strength = _strength(claim, refuting, registry)
     elif verdicts == {"supports"}:
         status, reason = "verified", "; ".join(f"check {r.check_index}: {r.reason}" for r in runs)
+        strength = _strength(claim, runs, registry)
     elif "inconclusive" in verdicts:
         r = next(r for r in runs if r.verdict == "inconclusive")
         status, reason = "inconclusive", f"check {r.check_index}: {r.reason}"
     else:
         r = next(r for r in runs if r.verdict == "error")
         status, reason = "unverified", f"harness error, not evidence: {r.reason}"
-    return Status(claim_id=claim.id, hardware_class=hw, status=status, reason=reason, run_ids=ids)
+    return Status(claim_id=claim.id, hardware_class=hw, status=status, reason=reason, run_ids=ids, strength=strength)
 
 
 def _overall(cid: str, per_class: list[Status], pending: list[Status]) -> Status:
@@ -118,6 +128,8 @@ def _overall(cid: str, per_class: list[Status], pending: list[Status]) -> Status
     if best.status == "verified" and pending:
         reason += f" (also pending: {pending[0].reason})"
     hw = best.hardware_class if best.hardware_class != ANY_CLASS else ANY_CLASS
+    # The verdict's strength: the strongest grade among the classes that reach the same verdict.
+    strength = strongest([s.strength for s in per_class if s.status == best.status and s.strength])
     return Status(claim_id=cid, hardware_class=ANY_CLASS, status=best.status,
                   reason=reason if hw == ANY_CLASS else f"[{hw}] {reason}",
-                  run_ids=[i for s in per_class for i in s.run_ids])
+                  run_ids=[i for s in per_class for i in s.run_ids], strength=strength)

@@ -73,6 +73,12 @@ def m003_scope_columns(db: sqlite_utils.Database) -> None:
     db["claims"].add_column("implementation", str)
 
 
+@migrations()
+def m004_status_strength(db: sqlite_utils.Database) -> None:
+    """Evidence strength of each verdict (kb.index.strength)."""
+    db["status"].add_column("strength", str)
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 

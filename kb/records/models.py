@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from datetime import date
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -285,3 +285,5 @@ class Status(Strict):
     status: StatusName
     reason: str
     run_ids: list[str] = Field(default_factory=list)
+    # How strongly the deciding runs could have disagreed (kb.index.strength); None when nothing decides.
+    strength: Literal["measured", "derived", "cited", "restated"] | None = None

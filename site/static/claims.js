@@ -2,7 +2,7 @@
  * Without this script the page still lists every claim. It never inserts markup built from data. */
 (function () {
   "use strict";
-  var SELECTS = ["generation", "topic", "phase", "label", "status", "hardware", "source"];
+  var SELECTS = ["generation", "topic", "phase", "label", "status", "strength", "hardware", "source"];
 
   function loadIndex(done) {
     if (window.KB_CLAIMS) { return done(window.KB_CLAIMS); }
@@ -49,6 +49,7 @@
       if (want.hardware && !(want.hardware in c.classes)) return false;
       var st = want.hardware ? c.classes[want.hardware] : c.status;
       if (want.status && st !== want.status) return false;
+      if (want.strength && c.strength !== want.strength) return false;
       for (var i = 0; i < terms.length; i++) { if (it.text.indexOf(terms[i]) < 0) return false; }
       return true;
     }

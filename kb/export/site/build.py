@@ -50,6 +50,9 @@ from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
 PACKAGE_SITE = Path(__file__).resolve().parents[3] / "site"
 
+# Evidence grades (kb/index/strength.py GRADES), strongest first, then claims no check decides.
+STRENGTHS = ("measured", "derived", "cited", "restated", "none")
+
 
 def site_dir(cfg: Config) -> Path:
     """The folder holding templates/ and static/: the project's own, else the one shipped with kb."""
@@ -110,6 +113,7 @@ def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
 def _dashboard_context(data: SiteData) -> dict[str, Any]:
     gens = count_by(data.claims, "generation", GENERATIONS)
     labels = count_by(data.claims, "label", LABELS)
+    strengths = count_by(data.claims, "generation", GENERATIONS, of="strength")
     overall = {s: sum(1 for c in data.claims if c["overall"]["status"] == s) for s in STATUSES}
     return {
         "total": len(data.claims), "n_sources": len(data.sources), "n_runs": data.n_runs,
@@ -118,6 +122,9 @@ def _dashboard_context(data: SiteData) -> dict[str, Any]:
                                   "Claims per generation by status"),
         "label_chart": stacked_bars(labels, STATUSES, lambda g, s: _filter_href(label=g, status=s),
                                     "Claims per label by status"),
+        "grades": STRENGTHS, "by_strength": strengths,
+        "strength_chart": stacked_bars(strengths, STRENGTHS, lambda g, s: _filter_href(generation=g, strength=s),
+                                       "Claims per generation by evidence strength"),
         "hardware": hardware_summary(data), "pending": pending_hardware(data.claims),
         "benchmarks": _benchmarks(data),
         "filter_href": _filter_href,

@@ -43,9 +43,10 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
     """Read the whole index; attach to each claim its statuses, runs, sources and relations."""
     sources = {r["id"]: json.loads(r["json"]) for r in db.query("SELECT id, json FROM sources ORDER BY id")}
     status: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids FROM status"):
+    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids, strength FROM status"):
         status[r["claim_id"]][r["hardware_class"]] = {
             "status": r["status"], "reason": r["reason"] or "", "run_ids": json.loads(r["run_ids"] or "[]"),
+            "strength": r["strength"] or "none",
         }
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     n_runs = 0
@@ -59,7 +60,8 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
         c = json.loads(r["json"])
         c["file"], c["line"] = r["file"], r["line"]
         st = status.get(c["id"], {})
-        c["overall"] = st.get(OVERALL) or {"status": "unverified", "reason": "no status derived", "run_ids": []}
+        c["overall"] = st.get(OVERALL) or {"status": "unverified", "reason": "no status derived", "run_ids": [],
+                                           "strength": "none"}
         c["classes"] = {hw: s for hw, s in sorted(st.items()) if hw != OVERALL}
         classes.update(c["classes"])
         c["runs"] = runs.get(c["id"], [])
@@ -215,11 +217,12 @@ def run_view(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def count_by(claims: Iterable[dict[str, Any]], key: str, order: Iterable[str]) -> list[tuple[str, Counter[str]]]:
-    """(value of `key`, overall status counts) for each value in `order` that has claims."""
+def count_by(claims: Iterable[dict[str, Any]], key: str, order: Iterable[str],
+             of: str = "status") -> list[tuple[str, Counter[str]]]:
+    """(value of `key`, counts of the overall `of` (status or strength)) for each value in `order` that has claims."""
     table: dict[str, Counter[str]] = defaultdict(Counter)
     for c in claims:
-        table[c[key]][c["overall"]["status"]] += 1
+        table[c[key]][c["overall"][of]] += 1
     return [(k, table[k]) for k in order if k in table]
 
 
@@ -267,7 +270,8 @@ def index_json(data: SiteData) -> dict[str, Any]:
         "statuses": list(STATUSES),
         "claims": [{
             "id": c["id"], "statement": c["statement"], "generation": c["generation"], "phase": c["phase"],
-            "label": c["label"], "status": c["overall"]["status"], "topics": c["topics"], "sources": c["sources"],
+            "label": c["label"], "status": c["overall"]["status"], "strength": c["overall"]["strength"],
+            "topics": c["topics"], "sources": c["sources"],
             "classes": {hw: s["status"] for hw, s in c["classes"].items()},
         } for c in data.claims],
     }
