@@ -187,3 +187,71 @@ def test_py_exec_runs_pinned_python_and_finds_the_disagreement(project: Path, tm
     run = json.loads(kb_subprocess(project, "show", "test.py.rule-neg", "--json").stdout)["runs"][0]
     first = run["measurements"]["first_disagreement"]["value"]
     assert first["input"]["causal"] is True and first["pinned_code"] == [128, 96] and first["rule"] == [128, 128]
+
+
+KERNEL = """__global__ void scale(float* x, int n) {
+    __shared__ float stage[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    stage[threadIdx.x] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n) x[i] = stage[(threadIdx.x + 1) % 256] * 2.f;
+}
+"""
+
+
+def test_resources_read_ptxas_and_derive_occupancy(project: Path, tmp_path: Path) -> None:
+    if find_tool("nvcc") is None:
+        pytest.skip("needs nvcc")
+    up = tmp_path / "cu"
+    sha = commit_files(up, {"src/k.cu": KERNEL}, "kernel")
+    (project / "sources" / "testrepo.yaml").write_text(
+        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n")
+    note = claim("x")["anchors"][0]
+    anchor = {"source": "testrepo", "sha": sha, "path": "src/k.cu"}
+    base = {"anchor": 1, "arch": "sm_80", "flags": ["-O3"], "kernel_filter": "scale", "block_threads": 256, "sku": "A100"}
+
+    def c(cid: str, expect: dict) -> dict:
+        return claim(cid, label="source-backed", anchors=[note, anchor],
+                     checks=[{"verifier": "code.resources", "params": base, "expect": expect}])
+
+    write_claims(project, "res", [
+        c("test.res.smem", {"static_smem": {"equals": 1024}, "spill_stores": {"equals": 0}, "kernels": {"equals": 1}}),
+        c("test.res.smem-neg", {"static_smem": {"equals": 2048}}),
+        # 256 threads, few registers, 1 KiB static + 1 KiB reserved: the 2048-thread (64-warp) limit gives 8 CTAs.
+        c("test.res.occ", {"ctas_per_sm": {"equals": 8}, "occupancy_limiter": {"equals": "warps"}}),
+    ])
+    env = {"KB_CLONE_TESTREPO": str(up), "KB_BUILD_CACHE": str(tmp_path / "build")}
+    summary = json.loads(kb_subprocess(project, "verify", "--json", env=env).stdout)
+    assert summary["errors"] == []
+    assert "test.res.smem-neg" in summary["refuted"]
+    assert not {"test.res.smem", "test.res.occ"} & set(summary["refuted"])
+    run = json.loads(kb_subprocess(project, "show", "test.res.smem", "--json").stdout)["runs"][0]
+    assert 0 < run["measurements"]["registers"]["value"] <= 255
+    assert "-Xptxas -v" in " ".join(run["environment"]["flags"]) and run["environment"]["compiler"]
+
+
+def test_occupancy_rules_on_the_a100() -> None:
+    from verifiers.compiled import occupancy
+
+    a100 = {"regs_per_sm": 65536, "reg_alloc_unit_per_warp": 256, "smem_per_sm_bytes": 167936,
+            "smem_reserved_per_block_bytes": 1024, "smem_per_block_max_bytes": 166912,
+            "max_warps_per_sm": 64, "max_blocks_per_sm": 32}
+    # 255 registers round up to 8192 per warp: 8 warps fit, i.e. two 4-warp CTAs; smem alone would allow 3.
+    assert occupancy(255, 128, 49152, a100) == (2, "registers")
+    # A 147456-byte CTA (plus the 1 KiB reservation) fits once in 164 KiB.
+    assert occupancy(128, 256, 147456, a100) == (1, "shared memory")
+    assert occupancy(32, 128, 200_000, a100)[0] == 0
+
+
+def test_parse_ptxas_reads_each_entry() -> None:
+    from verifiers.compiled import parse_ptxas
+
+    log = ("ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'\n"
+           "ptxas info    : Function properties for _Z1kPf\n"
+           "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+           "ptxas info    : Used 96 registers, used 1 barriers, 2048 bytes smem, 360 bytes cmem[0]\n"
+           "ptxas info    : Compiling entry function '_Z1gv' for 'sm_80'\n"
+           "ptxas info    : Used 8 registers, 352 bytes cmem[0]\n")
+    a, b = parse_ptxas(log)
+    assert (a["registers"], a["smem"], a["stack"], a["spill_stores"], a["spill_loads"]) == (96, 2048, 16, 8, 12)
+    assert (b["registers"], b["smem"], b["spill_stores"]) == (8, 0, 0)

@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -507,3 +508,139 @@ def py_exec(p: PyExecParams, ctx: Context) -> Outcome:
     return Outcome(measurements=meas, log="\n".join(log),
                    environment={"python": sys.version.split()[0], "source_sha": a["sha"],
                                 "compiled_sha256": hashlib.sha256(code.encode()).hexdigest()})
+
+
+# --------------------------------------------------------------------------- code.resources
+
+
+class ResourcesParams(Params):
+    """A pinned kernel translation unit, compiled for one architecture; what ptxas reports for its kernels."""
+
+    anchor: int = 0  # a repository anchor whose `path` is the .cu unit
+    dirs: list[str] = []  # folders to materialise and put on -I (default: the unit's folder)
+    submodules: dict[str, list[str]] = {}
+    aten_shim: bool = False  # FA1/FA2 units include a few ATen names (verifiers/aten_shim.py)
+    arch: str = "sm_80"
+    flags: list[str] = [*DEFAULT_CUDA_FLAGS, "-O3"]
+    kernel_filter: str = ""  # regex over the demangled kernel name; all kernels when empty
+    # Occupancy by the documented rules, for a launch the claim names (block threads and dynamic smem bytes).
+    block_threads: int | None = None
+    dynamic_smem: int | None = None
+    sku: str | None = None  # hardware source id whose constants apply, e.g. A100
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
+_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> list[dict[str, Any]]:
+    """One record per kernel entry in `-Xptxas -v` output: name, registers, static smem, stack, spills."""
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            cur = {"mangled": m.group(1), "registers": None, "smem": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0}
+            out.append(cur)
+        elif cur is not None and (m := _PROPS.search(line)):
+            cur["stack"], cur["spill_stores"], cur["spill_loads"] = (int(x) for x in m.groups())
+        elif cur is not None and (m := _USED.search(line)):
+            cur["registers"] = int(m.group(1))
+            cur["smem"] = int(m.group(2) or 0)
+    return out
+
+
+def occupancy(regs: int, threads: int, smem_block: int, hw: dict[str, float]) -> tuple[int, str]:
+    """Resident CTAs per SM and the limiting resource, by the CUDA occupancy rules."""
+    warps = -(-threads // 32)
+    unit = int(hw.get("reg_alloc_unit_per_warp", 256))
+    regs_per_warp = -(-(regs * 32) // unit) * unit
+    limits = {
+        "registers": (int(hw["regs_per_sm"]) // regs_per_warp) // warps if regs_per_warp else 10**9,
+        "shared memory": int(hw["smem_per_sm_bytes"]) // (smem_block + int(hw.get("smem_reserved_per_block_bytes", 0))),
+        "warps": int(hw["max_warps_per_sm"]) // warps,
+        "blocks": int(hw["max_blocks_per_sm"]),
+    }
+    if smem_block > hw.get("smem_per_block_max_bytes", float("inf")):
+        return 0, "shared memory (exceeds the per-block maximum)"
+    limiter = min(limits, key=lambda k: limits[k])
+    return limits[limiter], limiter
+
+
+@verifier("code.resources", kind="pinned-code", params=ResourcesParams,
+          requires=Requirements(tools=("nvcc",), git_source=True), timeout_s=1800)
+def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
+    """Compile the pinned kernel unit; registers, spills, stack and static smem per kernel; optional occupancy."""
+    from verifiers import aten_shim
+
+    a, clone = _anchor(p, ctx)
+    root = _cache_root(ctx)
+    dirs = p.dirs or [str(Path(a["path"]).parent)]
+    tree = _materialise(clone, a["sha"], sorted({*dirs, str(Path(a["path"]).parent)}), root)
+    incs = [f"-I{tree / d}" for d in dirs]
+    subs_used = {}
+    for sub, folders in p.submodules.items():
+        commit = gitlink(clone, a["sha"], sub)
+        sub_clone = ctx.clones.get(Path(sub).name)
+        if not sub_clone:
+            return Outcome(verdict="skipped", reason=f"needs a local clone of {Path(sub).name} (submodule {sub} @ {commit})")
+        incs += [f"-I{_materialise(sub_clone, commit, folders, root) / f}" for f in folders]
+        subs_used[sub] = commit
+    if p.aten_shim:
+        incs.insert(0, f"-I{aten_shim.write(root)}")
+    nvcc = find_tool("nvcc") or "nvcc"
+    version = _tool_version(nvcc)
+    arch = p.arch.removeprefix("sm_")
+    flags = [f"-arch=sm_{arch}", *p.flags, "-Xptxas", "-v"]
+    key = hashlib.sha256(json.dumps([a["sha"], a["path"], flags, version, subs_used, dirs,
+                                     aten_shim.digest() if p.aten_shim else None]).encode()).hexdigest()[:20]
+    out = root / "resources" / key
+    log_file = out / "ptxas.log"
+    cached = log_file.exists()
+    start = time.perf_counter()
+    if not cached:
+        out.mkdir(parents=True, exist_ok=True)
+        tag = f"{os.getpid()}"
+        res = subprocess.run([nvcc, *flags, *incs, "-cubin", "-o", str(out / f"unit.{tag}.cubin"), str(tree / a["path"])],
+                             capture_output=True, text=True, timeout=1700)
+        if res.returncode != 0:
+            raise RuntimeError(f"nvcc failed: {res.stderr[-1500:]}")
+        os.replace(out / f"unit.{tag}.cubin", out / "unit.cubin")
+        (out / f"ptxas.{tag}.log").write_text(res.stderr)
+        os.replace(out / f"ptxas.{tag}.log", log_file)
+    seconds = time.perf_counter() - start
+    kernels = parse_ptxas(log_file.read_text())
+    names = subprocess.run(["c++filt"], input="\n".join(k["mangled"] for k in kernels), capture_output=True,
+                           text=True, timeout=60).stdout.splitlines()
+    for k, n in zip(kernels, names, strict=False):
+        k["name"] = n
+    chosen = [k for k in kernels if re.search(p.kernel_filter, k.get("name", k["mangled"]))]
+    if not chosen:
+        raise RuntimeError(f"no kernel matches {p.kernel_filter!r} among {len(kernels)}")
+    meas: dict[str, tuple[Any, str]] = {
+        "kernels": (len(chosen), "entries"),
+        "registers": (max(k["registers"] for k in chosen), "per thread (max over matched kernels)"),
+        "registers_min": (min(k["registers"] for k in chosen), "per thread"),
+        "spill_stores": (max(k["spill_stores"] for k in chosen), "bytes"),
+        "spill_loads": (max(k["spill_loads"] for k in chosen), "bytes"),
+        "stack_bytes": (max(k["stack"] for k in chosen), "bytes"),
+        "static_smem": (max(k["smem"] for k in chosen), "bytes"),
+    }
+    if p.block_threads is not None and p.sku:
+        hw = ctx.hardware.get(p.sku)
+        if hw is None:
+            raise ValueError(f"no hardware source {p.sku!r}")
+        smem = (p.dynamic_smem or 0) + meas["static_smem"][0]
+        ctas, limiter = occupancy(meas["registers"][0], p.block_threads, smem, hw)
+        meas["ctas_per_sm"] = (ctas, f"on {p.sku}")
+        meas["occupancy_limiter"] = (limiter, "")
+    log = [f"{a['source']} {a['path']} @ {a['sha']}; {len(kernels)} kernels, {len(chosen)} matched {p.kernel_filter!r}",
+           f"compiler: {version}; flags: {' '.join(flags)}; build {key}"
+           + (" (cached)" if cached else f" (compiled in {seconds:.0f} s)"),
+           f"ATen names supplied by kb's shim {aten_shim.digest()}" if p.aten_shim else "no shim"]
+    log += [f"{k['registers']:4d} regs {k['spill_stores']:6d} B spill-st {k['spill_loads']:6d} B spill-ld "
+            f"{k['smem']:6d} B smem  {k.get('name', k['mangled'])[:160]}" for k in chosen[:20]]
+    return Outcome(measurements=meas, log="\n".join(log),
+                   environment={"compiler": version, "flags": flags, "source_sha": a["sha"], "submodules": subs_used,
+                                "aten_shim": aten_shim.digest() if p.aten_shim else None,
+                                "compile_seconds": round(seconds, 1), "cached": cached})
