@@ -1,7 +1,9 @@
 """The `kb` command line: thin commands over the kb library.
 
 Data goes to stdout, messages and progress to stderr. Exit codes: 0 fine;
-1 something refuted or drifted; 2 bad input or usage; 3 harness fault.
+1 something refuted or drifted (a finding); 2 bad input or usage; 3 a check
+could not run (harness fault, partial audit); 4 an internal error in kb (a
+bug: the traceback goes to stderr); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -154,17 +156,21 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     for s in rec["status"]:
         grade = f"[{s['strength']}] " if s.get("strength") else ""
         click.echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {grade}{s['reason']}")
+        if s.get("upstream"):
+            click.echo(f"  {'':>24}  {'(information)':<14} {s['upstream']}")
     if rec["runs"]:
         click.echo("evidence:")
         for r in rec["runs"][:10]:
             click.echo(f"  {r['started']}  {r['hardware_class']:<22} check {r['check_index']} {r['verdict']:<12} {r['reason'][:80]}")
 
 
-@cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="A JSON array.")
 @click.pass_context
 def sources(ctx: click.Context, as_json: bool) -> None:
-    """Registered sources: papers, repositories and pins, notes, web pages, hardware."""
+    """Registered sources: papers, repositories and pins, notes, web pages, hardware (`kb sources fetch` clones them)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from kb.index.query import list_sources
 
     rows = list_sources(_index(ctx).db)
@@ -244,6 +250,29 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | Non
         ctx.exit(0)
     _render_verify(result, as_json)
     ctx.exit(result.exit_code)
+
+
+@sources.command("fetch")
+@click.argument("ids", nargs=-1)
+@click.pass_context
+def sources_fetch(ctx: click.Context, ids: tuple[str, ...]) -> None:
+    """Clone the pinned repositories into .kb/clones (partial, idempotent); exit 3 if some could not be fetched."""
+    from kb.pinned.fetch import fetch_sources
+
+    cfg = _cfg(ctx)
+    try:
+        results = fetch_sources(cfg, _index(ctx).corpus().sources, list(ids) or None,
+                                progress=lambda line: click.echo(line, err=True))
+    except KeyError as exc:
+        raise BadInput(f"source {exc.args[0]!r} is not registered (see `kb sources`)") from None
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        click.echo(f"could not fetch {r.source}: {r.detail}" + (f" (missing {len(r.missing)} pin(s))" if r.missing else ""),
+                   err=True)
+    ok = len(results) - len(failed)
+    click.echo(f"{ok} source(s) ready, {len(failed)} not" + ("; source checks for those will be skipped" if failed else ""),
+               err=True)
+    ctx.exit(3 if failed else 0)
 
 
 def _progress(total: int) -> Any:
@@ -381,11 +410,16 @@ def export_prov(ctx: click.Context, output: Path | None) -> None:
 @click.option("--offline", is_flag=True, help="Use only local clones and caches; say what could not be checked.")
 @click.option("--backend", type=click.Choice(["git", "http"]), default="git", show_default=True,
               help="How repositories are compared: local clone cache (git) or GitHub's REST API (http).")
-@click.option("--ref", default=None, help="Compare pins against this ref instead of each repository's default head.")
+@click.option("--ref", "refs", multiple=True, metavar="[SOURCE=]REF",
+              help="What-if: compare SOURCE's pins (every repository's without SOURCE=) with REF instead of its head; "
+                   "repeatable. Leaves the committed record alone unless --write.")
+@click.option("--write/--no-write", default=None,
+              help="Record the result in evidence/audit/latest.json (default: yes, except for --ref what-if audits).")
 @click.option("--record-web", is_flag=True, help="Fetch web sources that have no content hash and record it in sources/.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, record_web: bool, as_json: bool) -> None:
+def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
+          as_json: bool) -> None:
     """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check)."""
     from kb.audit.run import run_audit
 
@@ -397,7 +431,9 @@ def audit(ctx: click.Context, offline: bool, backend: str, ref: str | None, reco
             click.echo(f"{sid}: {outcome}", err=True)
         ctx.exit(3 if any(o.startswith("not recorded") for _, o in results) else 0)
 
-    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, ref=ref, as_json=as_json))
+    ref_map = dict(r.split("=", 1) if "=" in r else ("*", r) for r in refs)
+    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, refs=ref_map, write=write,
+                       as_json=as_json))
 
 
 @cli.command()
@@ -440,6 +476,16 @@ def coverage(ctx: click.Context, as_json: bool) -> None:
     ctx.exit(1 if any(f.missing for f in files) else 0)
 
 
+INTERNAL_ERROR = 4
+
+
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="kb")
+    """Console-script entry point: a crash is exit 4, never mistaken for a finding (exit 1)."""
+    import traceback
+
+    try:
+        cli(prog_name="kb")
+    except Exception:  # click has already handled usage errors and its own exceptions
+        traceback.print_exc()
+        sys.stderr.write(f"kb: internal error (exit {INTERNAL_ERROR}); please report it with the traceback above\n")
+        sys.exit(INTERNAL_ERROR)

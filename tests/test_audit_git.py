@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -113,26 +114,52 @@ def _kb(root: Path, *args: str) -> Result:
     return CliRunner().invoke(cli, ["--root", str(root), "--db", str(root / "kb.db"), *args], catch_exceptions=False)
 
 
+STALE_AT_TRACKING = {"t.repo.edited", "t.repo.deleted", "t.repo.symbol-moved", "t.repo.symbol-rewritten",
+                     "t.repo.bad-hash", "t.notes.edited", "t.notes.gone"}
+
+
 def test_cli_json_exit_code_and_stale_claims(tmp_path: Path, repos: Repos) -> None:
-    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+    """A tracking pin: changed cited content stales the claim; moved lines do not."""
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos), tracking=["v1"])
     res = _kb(root, "audit", "--offline", "--json")
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
     assert doc["exit_code"] == 1
-    saved = json.loads((root / ".kb" / "audit-full.json").read_text())
-    stale = saved["stale_claims"]
-    assert set(stale) == {"t.repo.edited", "t.repo.deleted", "t.repo.symbol-moved", "t.repo.symbol-rewritten",
-                          "t.repo.bad-hash", "t.notes.edited", "t.notes.gone"}
+    stale = doc["stale_claims"]
+    assert set(stale) == STALE_AT_TRACKING
+    assert doc["upstream_changed"] == {}
     assert "edited" in stale["t.repo.edited"]
     assert doc["claims"]["t.repo.moved"]["state"] == "drifted"
     assert doc["claims"]["t.repo.unchanged"]["state"] == "unchanged"
-    # What the status derivation reads back, and what users then see.
-    assert load_drift(root) == stale
+    # What the status derivation reads back (the committed record), and what users then see.
+    drift = load_drift(root)
+    assert set(drift) == STALE_AT_TRACKING | {"t.repo.moved", "t.repo.renamed"} & set(doc["claims"])
     rows = {r["id"]: r for r in json.loads(_kb(root, "claims", "--json").stdout)}
-    assert rows["t.repo.edited"]["status"] == "stale"
+    assert {cid for cid, r in rows.items() if r["status"] == "stale"} == STALE_AT_TRACKING
     assert "source drift" in rows["t.repo.edited"]["status_reason"]
     assert rows["t.repo.moved"]["status"] != "stale"
     assert rows["t.repo.unchanged"]["status"] != "stale"
+
+
+def test_fixed_pin_drift_is_information_not_staleness(tmp_path: Path, repos: Repos) -> None:
+    """A fixed (historical) pin: upstream change is shown beside the status; only the notes stale claims."""
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos))  # no tracking pins
+    res = _kb(root, "audit", "--offline", "--json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert set(doc["stale_claims"]) == {"t.notes.edited", "t.notes.gone"}
+    assert set(doc["upstream_changed"]) == STALE_AT_TRACKING - {"t.notes.edited", "t.notes.gone"}
+    rows = {r["id"]: r for r in json.loads(_kb(root, "claims", "--json").stdout)}
+    assert rows["t.repo.edited"]["status"] != "stale"
+    assert rows["t.notes.edited"]["status"] == "stale"
+    shown = json.loads(_kb(root, "show", "t.repo.edited", "--json").stdout)
+    overall = next(s for s in shown["status"] if s["hardware_class"] == "*")
+    assert overall["upstream"].startswith("upstream changed since the pin: code@") and "edited" in overall["upstream"]
+    assert "upstream changed since the pin" in _kb(root, "show", "t.repo.edited").stdout
+    # Flipping the pin's role in sources/ re-derives: the same record now stales the repository claims.
+    write_project(root, repos, drift_claims(repos), tracking=["v1"])
+    rows = {r["id"]: r for r in json.loads(_kb(root, "claims", "--json").stdout)}
+    assert {cid for cid, r in rows.items() if r["status"] == "stale"} == STALE_AT_TRACKING
 
 
 def test_table_output_names_pins_and_diffs(tmp_path: Path, repos: Repos) -> None:
@@ -149,7 +176,8 @@ def test_clean_project_exits_zero(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, claims)
     res = _kb(root, "audit", "--offline", "--json")
     assert res.exit_code == 0, res.output
-    assert json.loads((root / ".kb" / "audit-full.json").read_text())["stale_claims"] == {}
+    assert json.loads(res.stdout)["stale_claims"] == {}
+    assert json.loads((root / "evidence" / "audit" / "latest.json").read_text())["drift"] == {}
 
 
 def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos: Repos) -> None:
@@ -157,8 +185,8 @@ def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos: R
     root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes)})
     res = _kb(root, "audit", "--offline", "--json")
     doc = json.loads(res.stdout)
-    # --offline accepted what it could not check: exit 0, but the claim is not called unchanged.
-    assert res.exit_code == 0
+    # A partial audit: exit 3, and the claim is not called unchanged.
+    assert res.exit_code == 3
     assert doc["claims"]["t.clean.one"]["state"] == "unchecked"
     [u] = [u for u in doc["unchecked"] if u["source"] == "code"]
     assert "no local clone" in u["reason"] and "offline" in u["reason"]
@@ -176,27 +204,50 @@ def test_pin_missing_from_clone_is_exit_3_even_offline(tmp_path: Path, repos: Re
     assert f["status"] == "unchecked" and "not in the clone" in f["detail"]
 
 
-def test_drift_is_carried_over_when_it_cannot_be_rechecked(tmp_path: Path, repos: Repos) -> None:
-    root = write_project(tmp_path / "proj", repos, drift_claims(repos))
+def test_fresh_clone_offline_without_clones_keeps_every_earlier_verdict(tmp_path: Path, repos: Repos) -> None:
+    """The committed record is the carried state: no .kb/, no clones, offline -> nothing gets fresher."""
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos), tracking=["v1"])
     cfg, db = index(root)
     assert run_audit(cfg, db, offline=True) == 1
-    first = json.loads((root / ".kb" / "audit-full.json").read_text())
-    # The clones disappear: the next offline audit cannot re-check, and must not call anything fresh.
-    write_project(root, repos, drift_claims(repos), clones={})
+    before = {r["id"]: r["status"] for r in json.loads(_kb(root, "claims", "--json").stdout)}
+    first = json.loads((root / "evidence" / "audit" / "latest.json").read_text())
+    # A fresh clone: the ignored .kb/ (index, full findings, clone cache) is gone and nothing is configured.
+    shutil.rmtree(root / ".kb", ignore_errors=True)
+    (root / "kb.db").unlink()
+    write_project(root, repos, drift_claims(repos), clones={}, tracking=["v1"])
     cfg, db = index(root)
-    assert run_audit(cfg, db, offline=True) == 1
-    second = json.loads((root / ".kb" / "audit-full.json").read_text())
-    assert set(first["stale_claims"]) == set(second["stale_claims"])
-    carried = [f for f in second["findings"] if f.get("carried_from")]
-    assert carried and all(f["extra"]["not_rechecked"].startswith("no local clone") for f in carried)
-    assert "not re-checked" in second["stale_claims"]["t.repo.edited"]
-    assert any(f["source"] == "fa-notes" and f["anchor"] == 0 for f in carried)  # index 0 survives the round trip
+    assert run_audit(cfg, db, offline=True) == 3  # partial: says what it could not check
+    second = json.loads((root / "evidence" / "audit" / "latest.json").read_text())
+    assert set(second["drift"]) == set(first["drift"])
+    for cid, entries in second["drift"].items():
+        assert all(e["carried_from"] == first["checked_at"] and e["not_rechecked"].startswith("no local clone")
+                   for e in entries), cid
+    assert second["sources"]["code"]["unchecked"]["why"].startswith("no local clone")
+    assert second["sources"]["code"]["head"] == first["sources"]["code"]["head"]  # last known head kept
+    after = {r["id"]: r for r in json.loads(_kb(root, "claims", "--json").stdout)}
+    assert {k: v["status"] for k, v in after.items()} == before
+    assert "not re-checked" in after["t.repo.edited"]["status_reason"]
+    # A third run later still carries the original date, not the date of the run that could not check.
+    cfg, db = index(root)
+    assert run_audit(cfg, db, offline=True) == 3
+    third = json.loads((root / "evidence" / "audit" / "latest.json").read_text())
+    assert third["drift"]["t.repo.edited"][0]["carried_from"] == first["checked_at"]
+
+
+def test_what_if_ref_leaves_the_committed_record_unless_write(tmp_path: Path, repos: Repos) -> None:
+    root = write_project(tmp_path / "proj", repos, drift_claims(repos), tracking=["v1"])
+    record = root / "evidence" / "audit" / "latest.json"
+    res = _kb(root, "audit", "--offline", "--ref", f"code={repos.mid}")
+    assert res.exit_code in (0, 1) and not record.exists()
+    assert "what-if audit" in res.stderr
+    res = _kb(root, "audit", "--offline", "--ref", f"code={repos.mid}", "--write")
+    assert record.exists() and json.loads(record.read_text())["refs"] == {"code": repos.mid}
 
 
 def test_ref_compares_against_another_commit(tmp_path: Path, repos: Repos) -> None:
     root = write_project(tmp_path / "proj", repos, drift_claims(repos))
     cfg, db = index(root)
-    report = audit(cfg, db, offline=True, ref=repos.mid)
+    report = audit(cfg, db, offline=True, refs={"*": repos.mid})
     code = _by_claim(report.findings, "code")
     assert code["t.repo.moved"].status == "moved" and code["t.repo.moved"].head == repos.mid
     assert code["t.repo.deleted"].status == "unchanged"  # gone.cu still exists at the middle commit

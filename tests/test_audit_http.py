@@ -186,7 +186,7 @@ def test_http_backend_agrees_with_git_backend(tmp_path: Path, upstream: FakeUpst
     assert _status(via_http, "t.paper", "paper1")[0] == "unchanged"
     assert _status(via_http, "t.page", "page1")[0] == "unchanged"
     status, detail = _status(via_http, "t.page-unpinned", "page2")
-    assert status == "unchecked" and "not pinned" in detail
+    assert status == "unpinned" and "content_sha256" in detail  # information, not a failure
     # One compare per pin; contents only for changed cited files (pin and head side).
     paths = [p for p, _ in upstream.requests]
     assert sum("/compare/" in p for p in paths) == 1
@@ -248,9 +248,10 @@ def test_compare_faults_have_clear_outcomes(tmp_path: Path, upstream: FakeUpstre
         assert code == 3
         code_findings = [f for f in doc["findings"] if f["source"] == "code"]
         assert all(f["status"] == "unchecked" for f in code_findings)  # nothing on this pin called unchanged
-        assert "t.repo.edited" not in doc["stale_claims"]
+        assert "t.repo.edited" not in doc["stale_claims"] and "t.repo.edited" not in doc["upstream_changed"]
     else:
-        assert code in (1, 3) and "t.repo.edited" in doc["stale_claims"]
+        # The test repository's pin is fixed: the edit is information beside the status, not staleness.
+        assert code == 1 and "t.repo.edited" in doc["upstream_changed"]
 
 
 @pytest.mark.parametrize("fault", ["timeout", "404", "500", "truncated"])
@@ -272,9 +273,11 @@ def test_arxiv_new_version_flags_citing_claims(tmp_path: Path, upstream: FakeUps
     upstream.arxiv_versions["2205.14135"] = 3
     root = _project(tmp_path, upstream)
     cfg, db = index(root)
-    assert run_audit(cfg, db, backend="http") in (1, 3)
+    assert run_audit(cfg, db, backend="http") == 1
     doc = json.loads((root / ".kb" / "audit-full.json").read_text())
-    assert "has v3; pinned v2" in doc["stale_claims"]["t.paper"] or "new-version" in doc["stale_claims"]["t.paper"]
+    # A paper version is fixed: v2 still says what it said; v3 is information for the reader.
+    assert "t.paper" not in doc["stale_claims"]
+    assert "new-version" in doc["upstream_changed"]["t.paper"]
 
 
 @pytest.mark.parametrize("fault,words", [("malformed", "malformed Atom"), ("500", "HTTP 500"), ("timeout", "timed out"),

@@ -205,13 +205,14 @@ def drift_claims(r: Repos) -> list[dict]:
 
 def write_project(root: Path, r: Repos, claims: list[dict], *, extra_sources: list[dict] | None = None,
                   clones: dict[str, str] | None = None, code_url: str = "https://github.com/acme/code",
-                  pins: dict[str, str] | None = None) -> Path:
+                  pins: dict[str, str] | None = None, tracking: list[str] | None = None) -> Path:
     """claims/, sources/ and kb.local.toml for a project citing the test repositories."""
     (root / "claims").mkdir(parents=True, exist_ok=True)
     (root / "sources").mkdir(exist_ok=True)
     sources = [
         {"id": "fa-notes", "kind": "notes", "repo": str(r.notes), "commit": r.notes_pin},
-        {"id": "code", "kind": "repo", "url": code_url, "pins": pins or {"v1": r.pin}},
+        {"id": "code", "kind": "repo", "url": code_url, "pins": pins or {"v1": r.pin},
+         **({"tracking": tracking} if tracking else {})},
         *(extra_sources or []),
     ]
     (root / "sources" / "all.yaml").write_text(yaml.safe_dump({"sources": sources}, sort_keys=False))

@@ -23,7 +23,8 @@ def test_old_database_upgrades_itself(project: Path) -> None:
     assert {"status", "claims_fts"} <= set(db.table_names())
     assert "arch" in db["claims"].columns_dict
     applied = [r["name"] for r in db.query("SELECT name FROM _sqlite_migrations ORDER BY applied_at")]
-    assert applied == ["m001_initial", "m002_status_and_search", "m003_scope_columns", "m004_status_strength"]
+    assert applied == ["m001_initial", "m002_status_and_search", "m003_scope_columns", "m004_status_strength",
+                       "m005_status_upstream"]
     assert "strength" in db["status"].columns_dict
     assert migrations.pending(db) == []
 

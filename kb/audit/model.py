@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kb.audit.state import RELOCATED, STALE
 from kb.records.models import Anchor, Source
 
-# Statuses, by what they mean for the claim.
+# Statuses, by what they mean for the claim (defined with the committed record, kb.audit.state).
 FRESH = {"unchanged"}
-# The cited text survived, only its address changed: drift to re-pin, claim not stale.
-RELOCATED = {"moved", "renamed"}
-# The cited content changed, vanished, or was never what the anchor says.
-STALE = {"edited", "deleted", "symbol-elsewhere", "invalid", "new-version", "changed"}
+# RELOCATED: the cited text survived, only its address changed: drift to re-pin, never stale.
+# STALE: the cited content changed, vanished, or was never what the anchor says: stale when the
+# pin tracks, information when the pin is a fixed historical revision.
 UNCHECKED = "unchecked"
 NOT_AUDITABLE = "not-auditable"
 
@@ -56,7 +56,7 @@ class Finding:
 
     @property
     def stale(self) -> bool:
-        """The cited content changed: the claim becomes stale."""
+        """The cited content changed (stales the claim when the pin tracks; see kb.audit.state)."""
         return self.status in STALE
 
     def where(self) -> str:

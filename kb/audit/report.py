@@ -36,8 +36,10 @@ def stale_claims(findings: list[Finding]) -> dict[str, str]:
 def _state(counts: dict[str, int]) -> str:
     if counts.get("unchecked"):
         return "partly unchecked" if sum(counts.values()) > counts["unchecked"] else "unchecked"
-    if any(k not in ("unchanged",) for k in counts):
+    if any(k not in ("unchanged", "unpinned", "not-auditable") for k in counts):
         return "drifted"
+    if counts.get("unpinned"):
+        return "unpinned (information: no content hash)"
     return "clean"
 
 
@@ -52,7 +54,7 @@ def summary(findings: list[Finding], states: dict[str, dict[str, Any]]) -> dict[
 
 
 def print_report(report: Any, states: dict[str, dict[str, Any]], stale: dict[str, str], code: int,
-                 carried: int, as_json: bool) -> None:
+                 carried: int, as_json: bool, upstream: dict[str, str] | None = None, wrote: bool = True) -> None:
     """Data to stdout (table or JSON), the headline and what could not be checked to stderr."""
     unchecked = Counter((f.source, f.detail) for f in report.findings if f.status == "unchecked")
     if as_json:
@@ -60,7 +62,7 @@ def print_report(report: Any, states: dict[str, dict[str, Any]], stale: dict[str
             "checked_at": report.checked_at, "offline": report.offline, "backend": report.backend, "ref": report.ref,
             "exit_code": code, "seconds": round(report.seconds, 3), "git_processes": report.git_processes,
             "http": report.http, "summary": summary(report.findings, states), "pins": report.pins,
-            "claims": states, "stale_claims": stale,
+            "claims": states, "stale_claims": stale, "upstream_changed": upstream or {}, "wrote_record": wrote,
             "unchecked": [{"source": s, "reason": r, "anchors": n} for (s, r), n in sorted(unchecked.items())],
             "findings": [f.to_json() for f in report.findings],
         })
@@ -84,12 +86,16 @@ def print_report(report: Any, states: dict[str, dict[str, Any]], stale: dict[str
     drifted = sum(1 for f in report.findings if f.drifted)
     click.echo(f"audited {len(report.findings)} anchors of {len(states)} claims in {report.seconds:.2f} s "
                f"({report.git_processes} git processes, {report.http.get('requests', 0)} HTTP requests): "
-               f"{drifted} drifted, {n_stale} claims stale"
-               + (f" ({carried} findings carried over from the last audit)" if carried else ""), err=True)
+               f"{drifted} drifted, {n_stale} claims stale (tracking pins and notes), "
+               f"{len(upstream or {})} claims with upstream changes since their fixed pin (information)"
+               + (f" ({carried} findings carried over from the last audit, not re-checked)" if carried else ""), err=True)
+    if not wrote:
+        click.echo("what-if audit: evidence/audit/latest.json left unchanged (pass --write to record it)", err=True)
     for (src, reason), n in sorted(unchecked.items()):
         click.echo(f"could not check {n} anchor(s) of {src}: {reason}", err=True)
     if code == 3:
-        click.echo("exit 3: some checks could not run (listed above); nothing unchecked is reported unchanged", err=True)
+        click.echo("exit 3: partial audit, some checks could not run (listed above); their earlier verdicts are kept, "
+                   "nothing unchecked is reported unchanged", err=True)
 
 
 def _print_diffs(findings: list[Finding]) -> None:

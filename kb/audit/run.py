@@ -69,35 +69,37 @@ def load_anchors(db: sqlite_utils.Database) -> tuple[dict[str, Source], dict[str
 
 
 def audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, backend: str = "git",
-          ref: str | None = None) -> AuditReport:
-    """Run every check and return the findings (writes nothing)."""
+          refs: dict[str, str] | None = None) -> AuditReport:
+    """Run every check and return the findings (writes nothing). `refs`: source id (or "*") -> ref to compare with."""
+    refs = refs or {}
     start = time.perf_counter()
     spawned0 = SPAWNED["count"]
-    report = AuditReport(datetime.now(UTC).isoformat(timespec="seconds"), offline, backend, ref)
+    report = AuditReport(datetime.now(UTC).isoformat(timespec="seconds"), offline, backend, refs or None)
     sources, by_source = load_anchors(db)
     client = None if offline else HttpClient(cfg.root / ".kb" / "http-cache", auth_base=api_base())
     papers: list[Source] = []
     web_status: dict[str, tuple[str, str, bool]] = {}
     for sid in sorted(by_source):
-        src, refs = sources.get(sid), by_source[sid]
+        src, refs_ = sources.get(sid), by_source[sid]
         if src is None:
-            report.findings += [r.finding("?", "unchecked", f"source {sid!r} is not registered") for r in refs]
+            report.findings += [r.finding("?", "unchecked", f"source {sid!r} is not registered") for r in refs_]
         elif src.kind in ("repo", "notes"):
-            _audit_pinned(cfg, src, refs, report, client, offline=offline, backend=backend, ref=ref)
+            _audit_pinned(cfg, src, refs_, report, client, offline=offline, backend=backend,
+                          ref=refs.get(sid, refs.get("*")))
         elif src.kind == "paper":
             papers.append(src)
         elif src.kind == "web":
             web_status[sid] = _web(src, client)
             status, detail, off = web_status[sid]
-            report.findings += [r.finding("web", status, detail, offline=off) for r in refs]
-            report.pins.append(_row(src, src.content_sha256 or "(not pinned)", "", report.findings[-len(refs):], [], "web"))
+            report.findings += [r.finding("web", status, detail, offline=off) for r in refs_]
+            report.pins.append(_row(src, src.content_sha256 or "(not pinned)", "", report.findings[-len(refs_):], [], "web"))
         elif src.kind == "private":
-            report.findings += [r.finding("private", "not-auditable", src.why_uncheckable or "private source") for r in refs]
+            report.findings += [r.finding("private", "not-auditable", src.why_uncheckable or "private source") for r in refs_]
         else:  # hardware: audited through its spec pages
             for sp in src.spec_sources:
                 if sp not in web_status and sp in sources:
                     web_status[sp] = _web(sources[sp], client)
-            report.findings += [_hardware(r, src, web_status) for r in refs]
+            report.findings += [_hardware(r, src, web_status) for r in refs_]
     _audit_papers(papers, by_source, report, client)
     report.seconds = time.perf_counter() - start
     report.git_processes = SPAWNED["count"] - spawned0
@@ -185,6 +187,8 @@ def _hardware(r: AnchorRef, src: Source, web: dict[str, tuple[str, str, bool]]) 
     bad = [g for g in got if g[1] in ("changed", "deleted")]
     if bad:
         return r.finding("hardware", "changed", "spec page changed: " + ", ".join(f"{g[0]} ({g[2]})" for g in bad))
+    if got and all(g[1] == "unpinned" for g in got):
+        return r.finding("hardware", "unpinned", "spec pages carry no content hash: " + ", ".join(g[0] for g in got))
     open_ = [g for g in got if g[1] == "unchecked"]
     if open_ or not got:
         why = "; ".join(f"{g[0]}: {g[2]}" for g in open_) or "no spec pages listed"
@@ -216,19 +220,33 @@ def _audit_papers(papers: list[Source], by_source: dict[str, list[AnchorRef]], r
         report.pins.append(_row(p, f"arXiv:{p.arxiv}{pin}", found[0].head or "", found, [], "paper"))
 
 
-def carry_over(report: AuditReport, previous: dict[str, Any]) -> int:
-    """Keep an earlier audit's drift for anchors that could not be re-checked now; returns how many."""
-    old = {}
-    for data in previous.get("findings", []):
-        if data.get("claim_id") is not None and data.get("drifted"):
-            f = Finding.from_json(data)
-            old[(f.claim_id, f.anchor, f.source, f.pin, f.path, tuple(f.lines or ()), f.heading)] = f
+def _previous_findings(record: dict[str, Any]) -> list[Finding]:
+    """The committed record's drift entries as findings (what carry-over compares against)."""
+    out = []
+    for cid, entries in (record.get("drift") or {}).items():
+        for e in entries:
+            if "status" not in e or "source" not in e:
+                continue
+            f = Finding(source=e["source"], kind=e.get("kind", "repo"), status=e["status"], detail=e.get("detail", ""),
+                        claim_id=cid, anchor=e.get("anchor"), pin=e.get("pin"), head=e.get("head"), path=e.get("path"),
+                        lines=e.get("lines"), heading=e.get("heading"),
+                        carried_from=e.get("carried_from") or e.get("found_at") or record.get("checked_at"))
+            out.append(f)
+    return out
+
+
+def carry_over(report: AuditReport, previous: list[Finding]) -> int:
+    """Keep earlier drift for anchors that could not be re-checked now (marked with its age and why); returns how many.
+
+    Going offline, a network fault or a rate limit never makes a claim fresher:
+    the anchor keeps its last known verdict, and the exit code says the audit was partial.
+    """
+    old = {(f.claim_id, f.anchor, f.source, f.pin, f.path, tuple(f.lines or ()), f.heading): f for f in previous}
     n = 0
     for i, f in enumerate(report.findings):
         key = (f.claim_id, f.anchor, f.source, f.pin, f.path, tuple(f.lines or ()), f.heading)
         if f.status == "unchecked" and key in old:
             prev = old[key]
-            prev.carried_from = prev.carried_from or previous.get("checked_at")
             prev.offline = f.offline
             prev.extra = {**prev.extra, "not_rechecked": f.detail}
             report.findings[i] = prev
@@ -246,7 +264,7 @@ def claim_states(findings: list[Finding]) -> dict[str, dict[str, Any]]:
     for cid, fs in sorted(per.items()):
         for state, pick in (("stale", lambda f: f.stale), ("drifted", lambda f: f.drifted),
                             ("unchecked", lambda f: f.status == "unchecked" or "not_rechecked" in f.extra),
-                            ("not-auditable", lambda f: f.status == "not-auditable")):
+                            ("not-auditable", lambda f: f.status in ("not-auditable", "unpinned"))):
             hits = [f for f in fs if pick(f)]
             if hits:
                 out[cid] = {"state": state, "reasons": [f"{f.where()}: {f.status}: {f.detail}" for f in hits]}
@@ -257,52 +275,111 @@ def claim_states(findings: list[Finding]) -> dict[str, dict[str, Any]]:
 
 
 def exit_code(report: AuditReport) -> int:
-    """3 when something could not be checked (beyond what --offline accepted), else 1 on drift, else 0."""
-    unaccepted = [f for f in report.findings if (f.status == "unchecked" or "not_rechecked" in f.extra)
-                  and not (report.offline and f.offline)]
-    if unaccepted:
+    """3 when anything could not be checked (offline included: the audit is partial), else 1 on drift, else 0."""
+    if any(f.status == "unchecked" or "not_rechecked" in f.extra for f in report.findings):
         return 3
     return 1 if any(f.drifted for f in report.findings) else 0
 
 
-def _write_summary(path: Path, doc: dict[str, Any]) -> None:
-    """The committed part of an audit: what went stale and per-pin counts, no diffs."""
+def _entry(f: Finding, checked_at: str) -> dict[str, Any]:
+    e: dict[str, Any] = {"source": f.source, "kind": f.kind, "status": f.status, "pin": f.pin, "anchor": f.anchor,
+                         "head": f.head, "path": f.path, "lines": f.lines, "heading": f.heading,
+                         "detail": (f.detail or "")[:200]}
+    if f.carried_from:
+        e["carried_from"] = f.carried_from
+        e["not_rechecked"] = f.extra.get("not_rechecked", "")
+    else:
+        e["found_at"] = checked_at
+    return {k: v for k, v in e.items() if v is not None and v != ""}
+
+
+def build_record(report: AuditReport, previous: dict[str, Any]) -> dict[str, Any]:
+    """The committed record (format 2): drift per claim, per-source state, per-pin counts; no diffs."""
+    drift: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for f in report.findings:
+        if f.claim_id and f.drifted:
+            drift[f.claim_id].append(_entry(f, report.checked_at))
     counts: dict[str, dict[str, int]] = {}
-    for f in doc["findings"]:
-        key = f"{f.get('source')}@{(f.get('pin') or f.get('sha') or '')[:12]}"
+    for f in report.findings:
+        key = f"{f.source}@{(f.pin or '')[:12]}"
         counts.setdefault(key, {})
-        counts[key][f.get("status", "?")] = counts[key].get(f.get("status", "?"), 0) + 1
-    summary = {"checked_at": doc["checked_at"], "offline": doc["offline"], "backend": doc["backend"],
-               "ref": doc["ref"], "stale_claims": doc["stale_claims"],
-               "counts": dict(sorted(counts.items()))}
+        counts[key][f.status] = counts[key].get(f.status, 0) + 1
+    sources: dict[str, dict[str, Any]] = {}
+    old_sources = previous.get("sources") or {}
+    by_source: dict[str, list[Finding]] = defaultdict(list)
+    for f in report.findings:
+        by_source[f.source].append(f)
+    heads = {p["source"]: (p.get("head"), p.get("head_ref")) for p in report.pins if p.get("head")}
+    for sid, fs in sorted(by_source.items()):
+        missed = [f for f in fs if f.status == "unchecked" or "not_rechecked" in f.extra]
+        if missed and len(missed) == len(fs):
+            prev = dict(old_sources.get(sid) or {})
+            why = missed[0].extra.get("not_rechecked") or missed[0].detail
+            sources[sid] = {**prev, "unchecked": {"at": report.checked_at, "why": (why or "")[:200]}}
+        else:
+            head, head_ref = heads.get(sid, (None, None))
+            entry = {"checked_at": report.checked_at}
+            if head:
+                entry.update({"head": head, "head_ref": head_ref})
+            if missed:
+                entry["partly_unchecked"] = len(missed)
+            sources[sid] = entry
+    return {"format": 2, "checked_at": report.checked_at, "offline": report.offline, "backend": report.backend,
+            "refs": report.ref, "sources": sources, "drift": dict(sorted(drift.items())),
+            "counts": dict(sorted(counts.items()))}
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
+
+
+def stale_by_role(findings: list[Finding], sources: dict[str, Source]) -> tuple[dict[str, str], dict[str, str]]:
+    """(claims stale through a tracking pin or the notes, claims whose fixed pin changed upstream): id -> first reason."""
+    stale: dict[str, list[Finding]] = defaultdict(list)
+    info: dict[str, list[Finding]] = defaultdict(list)
+    for f in findings:
+        if not (f.claim_id and f.stale):
+            continue
+        src = sources.get(f.source)
+        role = src.role(f.pin) if src is not None else "tracking"
+        (stale if role == "tracking" else info)[f.claim_id].append(f)
+
+    def text(per: dict[str, list[Finding]]) -> dict[str, str]:
+        return {cid: f"{fs[0].where()} {fs[0].status} at {(fs[0].head or 'head')[:12]}"
+                + (f" (+{len(fs) - 1} more)" if len(fs) > 1 else "") for cid, fs in sorted(per.items())}
+
+    return text(stale), text(info)
 
 
 def run_audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, backend: str = "git",
-              ref: str | None = None, as_json: bool = False) -> int:
-    """`kb audit`: audit, write evidence/audit/latest.json and the full findings, print the report."""
-    from kb.audit.report import print_report, stale_claims
+              refs: dict[str, str] | None = None, write: bool | None = None, as_json: bool = False) -> int:
+    """`kb audit`: audit, carry the committed state forward, write it (unless a what-if), print the report.
 
-    report = audit(cfg, db, offline=offline, backend=backend, ref=ref)
-    path = full_path(cfg.root)
-    previous: dict[str, Any] = {}
-    if path.exists():
-        try:
-            previous = json.loads(path.read_text())
-        except (OSError, ValueError):
-            previous = {}
-    carried = carry_over(report, previous)
+    `refs` maps a source id (or "*" for all) to the ref to compare with; such a
+    what-if audit writes the committed record only with `write=True`.
+    """
+    from kb.audit.report import print_report
+    from kb.audit.state import read_record
+
+    report = audit(cfg, db, offline=offline, backend=backend, refs=refs)
+    previous = read_record(cfg.root)
+    carried = carry_over(report, _previous_findings(previous))
     code = exit_code(report)
-    stale = stale_claims(report.findings)
+    sources, _ = load_anchors(db)
+    stale, upstream = stale_by_role(report.findings, sources)
+    record = build_record(report, previous)
+    full = {**record, "stale_claims": stale, "upstream_changed": upstream,
+            "findings": [f.to_json() for f in report.findings]}
+    path = full_path(cfg.root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"checked_at": report.checked_at, "offline": offline, "backend": backend, "ref": ref,
-           "stale_claims": stale, "findings": [f.to_json() for f in report.findings]}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.write_text(json.dumps(full, indent=1) + "\n")
     tmp.replace(path)
-    _write_summary(drift_path(cfg.root), doc)
-    print_report(report, claim_states(report.findings), stale, code, carried, as_json)
+    wrote = write if write is not None else not refs
+    if wrote:
+        _write_record(drift_path(cfg.root), record)
+    print_report(report, claim_states(report.findings), stale, code, carried, as_json, upstream=upstream, wrote=wrote)
     return code

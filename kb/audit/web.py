@@ -1,7 +1,8 @@
 """Web pages: the page's content hash against the one recorded in sources/.
 
 A page with no recorded `content_sha256` cannot be judged (there is nothing to
-compare with): it is reported unchecked, never fresh. Fetches go through the
+compare with): it is reported `unpinned`, information for the reader (record a
+hash with `kb audit --record-web`), neither fresh nor a failure of the audit. Fetches go through the
 audit's HttpClient, so a page that answers 304 to its cached ETag is compared
 by its cached body.
 """
@@ -16,10 +17,9 @@ from kb.records.models import Source
 
 
 def check_page(source: Source, client: HttpClient | None) -> tuple[str, str]:
-    """(status, detail) for one web source: unchanged, changed or deleted; raises Unchecked."""
+    """(status, detail) for one web source: unchanged, changed, deleted or unpinned; raises Unchecked."""
     if not source.content_sha256:
-        raise Unchecked("not pinned (no content_sha256 recorded in sources/), cannot judge",
-                        offline=client is None)
+        return "unpinned", "no content_sha256 recorded in sources/: nothing to compare with (kb audit --record-web)"
     if client is None:
         raise Unchecked("offline: page not fetched", offline=True)
     try:

@@ -22,6 +22,19 @@ def _drifted(db: sqlite_utils.Database) -> set[str]:
                                             "AND status = 'stale' AND reason LIKE 'source drift:%'")}
 
 
+def _pin_roles(db: sqlite_utils.Database) -> list[dict[str, str]]:
+    """source@sha10 -> role, for every pin of every source (the text the audit record uses)."""
+    out = []
+    for r in db.query("SELECT id, kind, json FROM sources WHERE kind IN ('repo', 'notes')"):
+        src = json.loads(r["json"])
+        tracking = set(src.get("tracking", []))
+        for name, sha in (src.get("pins") or {}).items():
+            out.append({"pin": f"{r['id']}@{sha[:10]}", "role": "tracking" if name in tracking else "fixed"})
+        if src.get("commit"):
+            out.append({"pin": f"{r['id']}@{src['commit'][:10]}", "role": "tracking"})
+    return out
+
+
 def render_status(db: sqlite_utils.Database) -> str:
     """The full text of STATUS.md."""
     claims = {r["id"]: r for r in db.query("SELECT id, generation, phase, label FROM claims")}
@@ -89,6 +102,22 @@ def render_status(db: sqlite_utils.Database) -> str:
                          f"{k['restated']} | {k['none']} |")
     lines.append(f"| all | {sum(total.values())} | {total['measured']} | {total['derived']} | {total['cited']} | "
                  f"{total['restated']} | {total['none']} |")
+    lines.append("")
+
+    upstream: dict[str, list[str]] = defaultdict(list)
+    for i, o in sorted(overall.items()):
+        if o.get("upstream"):
+            upstream[o["upstream"].removeprefix("upstream changed since the pin: ").split(" ", 1)[0]].append(i)
+    roles = {r["pin"]: r["role"] for r in _pin_roles(db)}
+    lines += ["## Upstream changes that leave the status alone (information)", "",
+              "Upstream moved past the pin, but the claim keeps its status: the pin is a fixed historical revision "
+              "(what it contains cannot change), or the cited lines only moved. The audit's finding is shown here and "
+              "on each claim. Changed content at a tracking pin or in the notes makes a claim stale instead.", ""]
+    if upstream:
+        lines += ["| source@pin | pin role | claims |", "|---|---|---:|"]
+        lines += [f"| {pin} | {roles.get(pin, '?')} | {len(ids)} |" for pin, ids in sorted(upstream.items())]
+    else:
+        lines.append("None.")
     lines.append("")
 
     refuted = sorted(i for i, o in overall.items() if o["status"] == "refuted")

@@ -6,9 +6,11 @@ A pure function: the same records give the same statuses, in any order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from kb.audit.state import entry_text, split_drift
 from kb.index.strength import grade, strongest
-from kb.records.models import Claim, Run, Status
+from kb.records.models import Claim, Run, Source, Status
 from kb.verify.evidence import CPU_CLASS, latest_runs
 from kb.verify.registry import VerifierSpec, requirements_for
 
@@ -36,10 +38,21 @@ def derive(
     claims: Mapping[str, Claim],
     runs: Iterable[Run],
     registry: Mapping[str, VerifierSpec],
-    drift: Mapping[str, str] | None = None,
+    drift: Mapping[str, list[dict[str, Any]]] | None = None,
+    sources: Mapping[str, Source] | None = None,
 ) -> list[Status]:
-    """Per claim: one status per hardware class with evidence, plus the overall '*' status."""
+    """Per claim: one status per hardware class with evidence, plus the overall '*' status.
+
+    `drift` is the committed audit record's entries per claim; `sources` give each
+    entry's pin role: drift at a tracking pin (or in the notes) stales the claim,
+    drift at a fixed pin is carried as information in `upstream`.
+    """
     drift = drift or {}
+    sources = sources or {}
+
+    def role_of(e: Mapping[str, Any]) -> str:
+        src = sources.get(e.get("source", ""))
+        return src.role(e.get("pin")) if src is not None else "tracking"
     latest = latest_runs(runs)
     by_claim: dict[str, list[Run]] = {}
     for (cid, _, _), run in latest.items():
@@ -80,20 +93,33 @@ def derive(
     # evidence said; only the overall status turns stale. A refutation stays visible:
     # it is a finding, and drift elsewhere does not undo it.
     for i, st in enumerate(out):
-        if st.hardware_class != ANY_CLASS or st.claim_id not in drift:
+        if st.hardware_class != ANY_CLASS or not drift.get(st.claim_id):
             continue
-        if st.status == "refuted":
-            out[i] = st.model_copy(update={"reason": f"{st.reason}; also source drift: {drift[st.claim_id]}"})
+        stale, info = split_drift(drift[st.claim_id], role_of)
+        upstream = _summary(info, "upstream changed since the pin: ") if info else None
+        if not stale:
+            out[i] = st.model_copy(update={"upstream": upstream})
+        elif st.status == "refuted":
+            out[i] = st.model_copy(update={"reason": f"{st.reason}; also {_summary(stale, 'source drift: ')}",
+                                           "upstream": upstream})
         elif st.status != "stale":
             out[i] = Status(claim_id=st.claim_id, hardware_class=ANY_CLASS, status="stale",
-                            reason=f"source drift: {drift[st.claim_id]} (was {st.status})", run_ids=st.run_ids,
-                            strength=st.strength)  # drift changes the status, not what the evidence was
+                            reason=f"{_summary(stale, 'source drift: ')} (was {st.status})", run_ids=st.run_ids,
+                            strength=st.strength,  # drift changes the status, not what the evidence was
+                            upstream=upstream)
+        else:
+            out[i] = st.model_copy(update={"upstream": upstream})
     return out
 
 
 def _strength(claim: Claim, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> str | None:
     """Strongest grade among the given (deciding) runs."""
     return strongest([grade(registry.get(r.verifier), r.expect, r.hardware_class)[0] for r in runs])
+
+
+def _summary(entries: list[Mapping[str, Any]], prefix: str) -> str:
+    more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
+    return prefix + entry_text(entries[0]) + more
 
 
 def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> Status:

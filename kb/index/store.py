@@ -79,6 +79,12 @@ def m004_status_strength(db: sqlite_utils.Database) -> None:
     db["status"].add_column("strength", str)
 
 
+@migrations()
+def m005_status_upstream(db: sqlite_utils.Database) -> None:
+    """Upstream change since a fixed pin: information beside the status."""
+    db["status"].add_column("upstream", str)
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 
@@ -138,7 +144,7 @@ class Index:
                  for r in self.db.query(f"SELECT json FROM runs WHERE claim_id IN ({marks})", affected)]
         corpus = self.corpus()
         claims = {cid: corpus.claims[cid] for cid in affected if cid in corpus.claims}
-        statuses = derive(claims, known + runs, registry, load_drift(cfg.root))
+        statuses = derive(claims, known + runs, registry, load_drift(cfg.root), corpus.sources)
         before = input_fingerprint(cfg.root, exclude={Path(f).resolve() for f in files})
         with self.db.atomic():
             self.db["runs"].insert_all([_run_row(r) for r in runs], ignore=True)
@@ -215,13 +221,18 @@ def check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Pr
 
 def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
     """Validate every file, then replace the index contents in one transaction."""
-    from kb.audit.state import load_drift
+    from kb.audit.state import AuditStateError, drift_path, load_drift
     from kb.index.status import derive
 
     corpus, runs, registry, problems = check_files(cfg)
+    try:
+        drift = load_drift(cfg.root)
+    except AuditStateError as exc:
+        drift = {}
+        problems.append(Problem(str(drift_path(cfg.root).relative_to(cfg.root)), 1, str(exc).split(": ", 1)[-1]))
     if problems:
         raise IndexError_(problems)
-    statuses = derive(corpus.claims, runs, registry, load_drift(cfg.root))
+    statuses = derive(corpus.claims, runs, registry, drift, corpus.sources)
 
     claim_rows, topic_rows, anchor_rows, check_rows = [], [], [], []
     for cid, c in corpus.claims.items():

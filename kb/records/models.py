@@ -41,6 +41,9 @@ class Source(Strict):
     # repo
     url: str | None = None
     pins: dict[str, str] = Field(default_factory=dict)
+    # Pins that stand for "the current implementation": upstream change makes their claims stale.
+    # Every other pin is fixed, a historical revision: upstream change is information, never staleness.
+    tracking: list[str] = Field(default_factory=list)
     # notes
     repo: str | None = None
     commit: str | None = None
@@ -69,9 +72,27 @@ class Source(Strict):
         for name, sha in self.pins.items():
             if not SHA40.match(sha):
                 raise ValueError(f"pin {name!r} is {sha!r}, not a full 40-hex commit SHA")
+        unknown = [t for t in self.tracking if t not in self.pins]
+        if unknown:
+            raise ValueError(f"tracking names {', '.join(map(repr, unknown))}, which is not a pin of this source")
         if self.commit is not None and not SHA40.match(self.commit):
             raise ValueError(f"commit {self.commit!r} is not a full 40-hex commit SHA")
         return self
+
+    def role(self, sha: str | None = None) -> str:
+        """'tracking' or 'fixed' for an anchor at `sha` of this source.
+
+        Notes, web pages and hardware sheets track by nature (the notes' text is
+        what the claims restate; a page is the current document); a paper version
+        is fixed (a new version does not change what the cited one says); a
+        repository pin is fixed unless named in `tracking`.
+        """
+        if self.kind in ("notes", "web", "hardware"):
+            return "tracking"
+        if self.kind == "repo":
+            names = {v: k for k, v in self.pins.items()}
+            return "tracking" if names.get(sha or "") in self.tracking else "fixed"
+        return "fixed"
 
     def pinned_shas(self) -> set[str]:
         """Every commit SHA this source pins."""
@@ -287,3 +308,5 @@ class Status(Strict):
     run_ids: list[str] = Field(default_factory=list)
     # How strongly the deciding runs could have disagreed (kb.index.strength); None when nothing decides.
     strength: Literal["measured", "derived", "cited", "restated"] | None = None
+    # Upstream change since a fixed pin: information shown beside the status, never the status itself.
+    upstream: str | None = None
