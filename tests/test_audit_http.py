@@ -314,3 +314,31 @@ def test_offline_http_backend_says_what_it_skipped(tmp_path: Path, upstream: Fak
     assert _status(report, "t.paper", "paper1") == ("unchecked", "offline: arXiv not queried")
     # Notes still come from their local clone.
     assert _status(report, "t.notes.edited", "fa-notes")[0] == "edited"
+
+
+def test_rate_limit_blocks_only_its_own_host(tmp_path: Path) -> None:
+    """GitHub's exhausted quota must not stall requests to another host."""
+    from kb.audit.http import FetchError, HttpClient
+
+    class Resp:
+        def __init__(self, status: int, headers: dict[str, str]) -> None:
+            self.status_code, self.headers, self.content = status, headers, b"{}"
+
+    seen: list[str] = []
+
+    def fake_get(url: str, headers: dict[str, str], timeout: float) -> Resp:
+        seen.append(url)
+        if "api.github.test" in url:
+            return Resp(403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(time.time()) + 3600)})
+        return Resp(200, {})
+
+    client = HttpClient(tmp_path / "cache", sleep=lambda s: None)
+    client.max_wait = 5
+    client.session.get = fake_get  # type: ignore[method-assign]
+    with pytest.raises(FetchError, match="rate"):
+        client.get("https://api.github.test/repos/a/b/compare/x...y")
+    n = len(seen)
+    with pytest.raises(FetchError, match="rate limit exhausted"):
+        client.get("https://api.github.test/repos/a/b/contents/k.cu")  # fails fast: no request spent
+    assert len(seen) == n
+    assert client.get("https://export.arxiv.test/api/query?id_list=1").status == 200  # another host is not blocked

@@ -75,7 +75,8 @@ class HttpClient:
         self.session = requests.Session()
         self.session.headers["User-Agent"] = "kb-audit (FlashAttention claims knowledge base)"
         self.stats = {"requests": 0, "not_modified": 0, "cache_hits": 0, "retries": 0}
-        self._blocked_until = 0.0
+        # An exhausted quota blocks only its own host: GitHub's limit must not stall arXiv or a vendor page.
+        self._blocked_until: dict[str, float] = {}
 
     # -- cache ----------------------------------------------------------------
     def _key(self, url: str, accept: str) -> Path:
@@ -131,8 +132,9 @@ class HttpClient:
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-            if self._blocked_until > time.time():
-                self._wait(self._blocked_until - time.time(), "rate limit exhausted", url)
+            until = self._blocked_until.get(urlsplit(url).netloc, 0.0)
+            if until > time.time():
+                self._wait(until - time.time(), "rate limit exhausted", url)
             try:
                 self.stats["requests"] += 1
                 resp = self.session.get(url, headers=self._headers(url, accept, cached), timeout=self.timeout)
@@ -144,7 +146,7 @@ class HttpClient:
                 last = "connection dropped or body truncated" if "IncompleteRead" in str(exc) or isinstance(
                     exc, requests.exceptions.ChunkedEncodingError) else f"connection failed ({type(exc).__name__})"
             else:
-                self._note_limits(resp)
+                self._note_limits(url, resp)
                 if resp.status_code == 304 and cached is not None:
                     self.stats["not_modified"] += 1
                     return Response(200, cached["body"], dict(resp.headers), cached=True)
@@ -182,12 +184,12 @@ class HttpClient:
             return max(0.0, float(reset) - time.time()) if reset and reset.isdigit() else self.max_wait + 1
         return 1.0 if resp.status_code == 429 else None
 
-    def _note_limits(self, resp: requests.Response) -> None:
-        # Remember an exhausted quota so the next request waits (or fails fast) instead of
-        # spending a request that is sure to be refused.
+    def _note_limits(self, url: str, resp: requests.Response) -> None:
+        # Remember an exhausted quota so the next request to that host waits (or fails fast)
+        # instead of spending a request that is sure to be refused.
         if resp.headers.get("X-RateLimit-Remaining") == "0":
             reset = resp.headers.get("X-RateLimit-Reset", "")
-            self._blocked_until = float(reset) if reset.isdigit() else time.time() + self.max_wait + 1
+            self._blocked_until[urlsplit(url).netloc] = float(reset) if reset.isdigit() else time.time() + self.max_wait + 1
 
 
 def _short(url: str) -> str:
