@@ -438,6 +438,60 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
 
 @cli.command()
 @click.argument("source_id")
+@click.argument("pin")
+@click.option("--to", "ref", required=True, help="The upstream ref (branch, tag or SHA) to advance the pin to.")
+@click.option("--write", is_flag=True, help="Apply the edits (default: a dry run printing the plan and the YAML diff).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def repin(ctx: click.Context, source_id: str, pin: str, ref: str, write: bool, as_json: bool) -> None:
+    """Advance a tracking pin (or the notes commit: PIN `commit`) to a newer ref; re-anchor, re-check, report."""
+    from kb.index.store import check_files
+    from kb.maintain.repin import RepinError, plan_repin, write_repin
+
+    cfg = _cfg(ctx)
+    try:
+        plan = plan_repin(cfg, _index(ctx), source_id, pin, ref)
+    except RepinError as exc:
+        raise BadInput(str(exc)) from None
+    rows = [(o.claim_id, o.outcome, o.detail[:110]) for o in plan.outcomes]
+    counts = {k: sum(1 for o in plan.outcomes if o.outcome == k) for k in
+              ("advanced", "changed upstream", "checks fail at the new ref", "not re-verified")}
+    if as_json:
+        emit_json({"source": source_id, "pin": pin, "from": plan.old_sha, "to": plan.new_sha, "counts": counts,
+                   "kept_as": plan.kept_as,
+                   "claims": [{"id": o.claim_id, "outcome": o.outcome, "detail": o.detail, "diff": o.diff}
+                              for o in plan.outcomes],
+                   "diff": plan.diff(cfg.root), "written": write})
+    else:
+        click.echo(table(rows, ["claim", "outcome", "detail"]))
+        for o in plan.outcomes:
+            if o.diff:
+                click.echo(f"\n{o.claim_id}: {o.detail}\n{o.diff}")
+        click.echo(plan.diff(cfg.root))
+    click.echo(f"{source_id}@{pin}: {plan.old_sha[:12]} -> {plan.new_sha[:12]}; "
+               + ", ".join(f"{v} {k}" for k, v in counts.items())
+               + (f"; claims left behind keep {plan.old_sha[:12]} as {plan.kept_as} (tracking, so they read stale)"
+                  if plan.kept_as else ""), err=True)
+    if not write:
+        click.echo("dry run: nothing written (pass --write to apply)", err=True)
+        ctx.exit(1 if counts["changed upstream"] or counts["checks fail at the new ref"] else 0)
+    problems = write_repin(cfg, plan, check_files)
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        raise BadInput("the edits did not validate; every file was restored")
+    if plan.advanced:
+        from kb.verify.evidence import write_batch
+
+        runs = [r for o in plan.advanced for r in o.runs]
+        if runs:
+            write_batch(cfg.root, runs)  # the checks that held at the new ref are evidence for the re-anchored claims
+    click.echo(f"wrote {len(plan.edits)} file(s); run `kb audit` to record the new state of the source", err=True)
+    ctx.exit(1 if counts["changed upstream"] or counts["checks fail at the new ref"] else 0)
+
+
+@cli.command()
+@click.argument("source_id")
 @click.argument("path")
 @click.argument("where", nargs=-1)
 @click.option("--sha", help="Commit to read (default: the notes source's pinned commit).")

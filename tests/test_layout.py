@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "audit": {"config", "records", "pinned", "render"},
     "index": {"config", "records", "pinned", "verify", "audit.state"},
     "export": {"config", "records", "index"},
-    "cli": {"config", "render", "records", "pinned", "verify", "index", "audit", "export"},
+    "maintain": {"config", "render", "records", "pinned", "verify", "index", "audit"},
+    "cli": {"config", "render", "records", "pinned", "verify", "index", "audit", "export", "maintain"},
     "__main__": {"cli"},
 }
 
