@@ -38,6 +38,7 @@ class FakeUpstream(ThreadingHTTPServer):
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.arxiv_versions = {"2205.14135": 2}
         self.page = PAGE
+        self.pad_compare_to = 0  # >0: pad compare listings to this many files (GitHub stops at 300)
 
     def fault(self, route: str) -> str:
         for key, plan in self.faults.items():
@@ -91,6 +92,8 @@ class Handler(BaseHTTPRequestHandler):
                 if kind == "renamed":
                     entry["previous_filename"] = names[0]
                 files.append(entry)
+            while len(files) < self.server.pad_compare_to:
+                files.append({"filename": f"generated/file{len(files)}.txt", "status": "modified"})
             return json.dumps({"status": "ahead", "files": files}).encode(), 200
         if path.startswith("/repos/acme/code/contents/"):
             rel, rev = unquote(path.split("/contents/", 1)[1]), query["ref"][0]
@@ -342,3 +345,30 @@ def test_rate_limit_blocks_only_its_own_host(tmp_path: Path) -> None:
         client.get("https://api.github.test/repos/a/b/contents/k.cu")  # fails fast: no request spent
     assert len(seen) == n
     assert client.get("https://export.arxiv.test/api/query?id_list=1").status == 200  # another host is not blocked
+
+
+def test_request_budget_per_pin_as_documented(tmp_path: Path, upstream: FakeUpstream) -> None:
+    """Per pin: one compare, then contents (pin and head side) only for changed cited files; for every cited
+    file when the listing hits GitHub's 300-file cap. A second audit costs no compare or contents request."""
+    cfg, db = index(_project(tmp_path, upstream))
+    cited = {"src/kernel.cu", "src/untouched.cu", "src/old_name.h", "src/gone.cu", "src/helper.cu", "src/sched.cu"}
+
+    def spent() -> tuple[int, set[str], int]:
+        paths = [p for p, _ in upstream.requests]
+        files = [unquote(p.split("/contents/")[1].split("?")[0]) for p in paths if "/contents/" in p]
+        return sum("/compare/" in p for p in paths), set(files), len(files)
+
+    audit(cfg, db, backend="http")
+    compares, files, n = spent()
+    assert compares == 1 and "src/untouched.cu" not in files and n <= 2 * len(cited - {"src/untouched.cu"})
+    upstream.requests.clear()
+    audit(cfg, db, backend="http")
+    assert spent()[0] == 0 and spent()[2] == 0  # SHAs on both ends: answered from the on-disk cache
+    # Over the cap: the listing is incomplete, so every cited file is compared by content.
+    upstream.requests.clear()
+    upstream.pad_compare_to = 300
+    cfg2, db2 = index(_project(tmp_path / "capped", upstream))
+    report = audit(cfg2, db2, backend="http")
+    compares, files, n = spent()
+    assert compares == 1 and "src/untouched.cu" in files and n <= 2 * len(cited)
+    assert any("GitHub's cap" in note for row in report.pins for note in row["notes"])
