@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from kb.config import Config, load_config
+from kb.index.rests import RESTS
 from kb.index.strength import GRADES
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
 from kb.render import emit_json, table
@@ -94,6 +95,8 @@ def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--source", help="Only claims anchored in this source id.")
 @click.option("--arch", help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
+@click.option("--rests-on", type=click.Choice(RESTS),
+              help="Only claims whose depends_on chain rests on a claim in this state (refuted: the blast radius).")
 @click.option("--strength", type=click.Choice(GRADES),
               help="Only claims whose verdict rests on evidence of this grade (measured, derived, cited, restated).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array.")
@@ -149,9 +152,18 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     click.echo("checks:" if rec.get("checks") else f"review-only: {rec.get('review')}")
     for i, c in enumerate(rec.get("checks", [])):
         click.echo(f"  {i}. {c['verifier']} {c.get('params', {})} expect {c.get('expect', {})}")
+    rests = rec.get("rests") or {}
     for rel in ("depends_on", "refines", "supersedes"):
-        if rec.get(rel):
-            click.echo(f"{rel.replace('_', ' ')}: " + ", ".join(rec[rel]))
+        edges = [e for e in rests.get("uses", []) if e["relation"] == rel]
+        if edges:
+            click.echo(f"{rel.replace('_', ' ')}: " + ", ".join(f"{e['claim']} ({e['status']})" for e in edges))
+    if rests.get("state"):
+        chain = " -> ".join(f"{c['claim']} ({c['status']})" for c in rests["chain"])
+        click.echo(f"rests on: {rests['state']}" + (f", nearest {rests['via']}: {rec['id']} -> {chain}"
+                                                    if rests["state"] != "verified" else " (every dependency verified)"))
+    if rests.get("used_by"):
+        click.echo("used by: " + ", ".join(f"{e['claim']} ({e['relation'].replace('_', ' ')})" for e in rests["used_by"][:12])
+                   + (f" and {len(rests['used_by']) - 12} more" if len(rests["used_by"]) > 12 else ""))
     click.echo("status:")
     for s in rec["status"]:
         grade = f"[{s['strength']}] " if s.get("strength") else ""
@@ -434,6 +446,38 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
     ref_map = dict(r.split("=", 1) if "=" in r else ("*", r) for r in refs)
     ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, refs=ref_map, write=write,
                        as_json=as_json))
+
+
+@cli.command()
+@click.argument("claim_id", required=False)
+@click.option("--depth", default=2, show_default=True, help="With CLAIM_ID: relation steps around it, either direction.")
+@click.option("--note", help="Only claims anchored in this note (e.g. fa2-backward or docs/notes/fa2-backward.md).")
+@click.option("--format", "fmt", type=click.Choice(["json", "dot", "svg"]), default="json", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file instead of stdout.")
+@click.pass_context
+def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None, fmt: str, output: Path | None) -> None:
+    """The claim graph (depends_on, refines, supersedes): a claim's neighbourhood, a note, or every related claim."""
+    from kb.export.graph import by_note, graph_text, load_graph, neighbourhood
+
+    g = load_graph(_index(ctx).db)
+    if claim_id:
+        if claim_id not in g.nodes:
+            raise BadInput(f"no claim with id {claim_id!r} (try `kb search`)")
+        g = neighbourhood(g, claim_id, depth)
+    elif note:
+        path = note if note.startswith("docs/") else f"docs/notes/{note.removesuffix('.md')}.md"
+        g = by_note(g, path)
+        if not g.nodes:
+            raise BadInput(f"no related claims anchored in {path}")
+    else:
+        linked = {n for a, b, _ in g.edges for n in (a, b)}
+        g.nodes = {n: d for n, d in g.nodes.items() if n in linked}
+    text = graph_text(g, fmt)
+    if output:
+        output.write_text(text)
+        click.echo(f"wrote {len(g.nodes)} nodes, {len(g.edges)} edges to {output}", err=True)
+    else:
+        sys.stdout.write(text)
 
 
 @cli.command()

@@ -110,3 +110,7 @@ def test_notes_repin_stales_exactly_the_changed_sections(tmp_path: Path, repos: 
     rows = {r["id"]: r["status"] for r in json.loads(_kb(root, "claims", "--json").stdout)}
     assert rows["t.notes.edited"] == "stale" and rows["t.notes.gone"] == "stale"
     assert rows["t.repo.unchanged"] != "stale"
+    # The section that is new at the re-pinned commit has no claim: coverage lists it.
+    cov = _kb(root, "coverage", "--json")
+    [note] = json.loads(cov.stdout)
+    assert "later" in note["missing"] and cov.exit_code == 1

@@ -89,7 +89,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = load_config(root=proj, db=str(proj / "kb.db"))
     out = proj / "site"
     n = build_site(open_index(cfg).db, cfg, out)
-    assert n == 5 + len(claims)
+    assert n == 6 + len(claims)  # dashboard, claims, matrix, generations, graph, sources + one page per claim
     return out
 
 
@@ -118,7 +118,7 @@ def _parse(path: Path) -> _Refs:
 def test_links_resolve_and_nothing_external(site: Path) -> None:
     pages = sorted(site.rglob("*.html"))
     assert (site / ".nojekyll").exists() and (site / "claims.json").exists()
-    assert {p.name for p in pages} >= {"index.html", "claims.html", "sources.html", "generations.html", "matrix.html"}
+    assert {p.name for p in pages} >= {"index.html", "claims.html", "sources.html", "generations.html", "matrix.html", "graph.html"}
     parsed = {p: _parse(p) for p in pages}
     external = 0
     for page, refs in parsed.items():

@@ -120,6 +120,28 @@ def render_status(db: sqlite_utils.Database) -> str:
         lines.append("None.")
     lines.append("")
 
+    lines += ["## Conclusions built on refuted or unchecked claims", "",
+              "Following `depends_on` transitively: a claim rests on the worst state beneath it (refuted > stale > "
+              "unchecked > review-only), named by the nearest such claim. Its own status can still be verified: the "
+              "check passed, but a premise did not.", ""]
+    rests = Counter(o.get("rests_on") for o in overall.values() if o.get("rests_on"))
+    lines.append("| rests on | claims |")
+    lines.append("|---|---:|")
+    lines += [f"| {k} | {rests[k]} |" for k in ("refuted", "stale", "unchecked", "review-only", "verified")]
+    lines.append("")
+    roots: dict[str, list[str]] = defaultdict(list)
+    for i, o in sorted(overall.items()):
+        if o.get("rests_on") == "refuted":
+            roots[o["rests_via"]].append(i)
+    if roots:
+        lines.append("Blast radius of each refuted claim (the claims whose conclusions rest on it):")
+        lines.append("")
+        for root, ids in sorted(roots.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            lines.append(f"- `{root}` ({len(ids)}): " + ", ".join(f"`{i}`" for i in ids))
+    else:
+        lines.append("No claim rests on a refuted claim.")
+    lines.append("")
+
     refuted = sorted(i for i, o in overall.items() if o["status"] == "refuted")
     lines += ["## Refuted claims", "",
               "A refuted claim records what the notes assert and the evidence against it; it is a finding, not an error.", ""]

@@ -9,28 +9,29 @@ from typing import Any
 import sqlite_utils
 
 CLAIM_COLUMNS = ("c.id, c.statement, c.generation, c.phase, c.label, c.topics, c.file, c.line, s.status, s.reason, "
-                 "s.strength")
+                 "s.strength, s.rests_on, s.rests_via")
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": r["id"], "statement": r["statement"], "generation": r["generation"], "phase": r["phase"],
         "label": r["label"], "topics": json.loads(r["topics"]), "status": r["status"],
-        "status_reason": r["reason"], "strength": r["strength"], "file": r["file"], "line": r["line"],
+        "status_reason": r["reason"], "strength": r["strength"], "rests_on": r["rests_on"],
+        "rests_via": r["rests_via"], "file": r["file"], "line": r["line"],
     }
 
 
 def list_claims(db: sqlite_utils.Database, generation: str | None = None, topic: str | None = None,
                 phase: str | None = None, label: str | None = None, status: str | None = None,
                 source: str | None = None, arch: str | None = None,
-                strength: str | None = None) -> list[dict[str, Any]]:
+                strength: str | None = None, rests_on: str | None = None) -> list[dict[str, Any]]:
     """Claims matching every given filter, ordered by id (`arch` matches within the scope's arch text)."""
     where, args = [], []
     if arch:
         where.append("c.arch LIKE ?")
         args.append(f"%{arch}%")
     for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status),
-                     ("s.strength", strength)):
+                     ("s.strength", strength), ("s.rests_on", rests_on)):
         if val:
             where.append(f"{col} = ?")
             args.append(val)
@@ -70,6 +71,7 @@ def get_claim(db: sqlite_utils.Database, claim_id: str) -> dict[str, Any] | None
         {k: (json.loads(v) if k == "run_ids" else v) for k, v in s.items() if k != "claim_id"}
         for s in db.query("SELECT * FROM status WHERE claim_id = ? ORDER BY hardware_class", [claim_id])
     ]
+    out["rests"] = _rests(db, claim_id)
     out["runs"] = [json.loads(x["json"]) for x in
                    db.query("SELECT json FROM runs WHERE claim_id = ? ORDER BY started DESC", [claim_id])]
     return out
@@ -101,3 +103,36 @@ def strength_counts(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
     for r in db.query(sql):
         out.setdefault(r["g"], {})[r["k"]] = r["n"]
     return out
+
+
+def _rests(db: sqlite_utils.Database, claim_id: str) -> dict[str, Any]:
+    """What the claim rests on: its state, the chain to the nearest claim in that state, the direct edges."""
+    row = next(iter(db.query("SELECT rests_on, rests_via, rests_path FROM status WHERE claim_id = ? AND hardware_class = '*'",
+                             [claim_id])), None)
+    status = {r["claim_id"]: r["status"] for r in db.query(
+        "SELECT s.claim_id, s.status FROM status s JOIN claim_edges e ON e.target = s.claim_id OR e.claim_id = s.claim_id "
+        "WHERE (e.claim_id = ? OR e.target = ?) AND s.hardware_class = '*'", [claim_id, claim_id])}
+    out_sql = "SELECT relation, target FROM claim_edges WHERE claim_id = ? ORDER BY relation, target"
+    in_sql = "SELECT relation, claim_id FROM claim_edges WHERE target = ? ORDER BY relation, claim_id"
+    out_edges = [{"relation": r["relation"], "claim": r["target"], "status": status.get(r["target"])}
+                 for r in db.query(out_sql, [claim_id])]
+    in_edges = [{"relation": r["relation"], "claim": r["claim_id"], "status": status.get(r["claim_id"])}
+                for r in db.query(in_sql, [claim_id])]
+    path = json.loads(row["rests_path"]) if row and row["rests_path"] else []
+    return {"state": row["rests_on"] if row else None, "via": row["rests_via"] if row else None,
+            "chain": [{"claim": c, "status": _status_of(db, c)} for c in path], "uses": out_edges, "used_by": in_edges}
+
+
+def _status_of(db: sqlite_utils.Database, claim_id: str) -> str | None:
+    row = next(iter(db.query("SELECT status FROM status WHERE claim_id = ? AND hardware_class = '*'", [claim_id])), None)
+    return row["status"] if row else None
+
+
+def blast_radius(db: sqlite_utils.Database, states: tuple[str, ...] = ("refuted",)) -> dict[str, list[str]]:
+    """Nearest claim in one of `states` -> the claims whose conclusions rest on it."""
+    out: dict[str, list[str]] = {}
+    marks = ",".join("?" * len(states))
+    for r in db.query(f"SELECT claim_id, rests_via FROM status WHERE hardware_class = '*' AND rests_on IN ({marks}) "
+                      "ORDER BY claim_id", list(states)):
+        out.setdefault(r["rests_via"], []).append(r["claim_id"])
+    return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])))

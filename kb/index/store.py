@@ -85,6 +85,16 @@ def m005_status_upstream(db: sqlite_utils.Database) -> None:
     db["status"].add_column("upstream", str)
 
 
+@migrations()
+def m006_relations_and_rests(db: sqlite_utils.Database) -> None:
+    """Claim relations as rows, and what each claim rests on (kb.index.rests)."""
+    db["claim_edges"].create({"claim_id": str, "target": str, "relation": str}, pk=("claim_id", "target", "relation"))
+    db["claim_edges"].create_index(["target"])
+    db["status"].add_column("rests_on", str)
+    db["status"].add_column("rests_via", str)
+    db["status"].add_column("rests_path", str)
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 
@@ -150,6 +160,7 @@ class Index:
             self.db["runs"].insert_all([_run_row(r) for r in runs], ignore=True)
             self.db.execute(f"DELETE FROM status WHERE claim_id IN ({marks})", affected)
             self.db["status"].insert_all(_status_rows(statuses))
+            update_rests(self.db)  # a new verdict changes what the claims above it rest on
             if self.fingerprint is not None and before == self.fingerprint:
                 fp = input_fingerprint(cfg.root)
                 self.db["meta"].upsert({"key": "fingerprint", "value": fp}, pk="key")
@@ -234,7 +245,7 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
         raise IndexError_(problems)
     statuses = derive(corpus.claims, runs, registry, drift, corpus.sources)
 
-    claim_rows, topic_rows, anchor_rows, check_rows = [], [], [], []
+    claim_rows, topic_rows, anchor_rows, check_rows, edge_rows = [], [], [], [], []
     for cid, c in corpus.claims.items():
         at = corpus.claim_at[cid]
         claim_rows.append({
@@ -245,6 +256,8 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
             "arch": c.scope.arch, "implementation": c.scope.implementation,
         })
         topic_rows += [{"claim_id": cid, "topic": t} for t in c.topics]
+        edge_rows += [{"claim_id": cid, "target": t, "relation": rel}
+                      for rel in ("depends_on", "refines", "supersedes") for t in dict.fromkeys(getattr(c, rel))]
         for i, a in enumerate(c.anchors):
             anchor_rows.append({
                 "claim_id": cid, "idx": i, "source": a.source, "sha": a.sha, "path": a.path,
@@ -262,7 +275,7 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
                    for s in corpus.sources.values()]
 
     with db.atomic():
-        for table in ("claims", "claim_topics", "anchors", "checks", "runs", "status", "sources"):
+        for table in ("claims", "claim_topics", "anchors", "checks", "runs", "status", "sources", "claim_edges"):
             db.execute(f"DELETE FROM [{table}]")
         db["sources"].insert_all(source_rows)
         db["claims"].insert_all(claim_rows)
@@ -271,7 +284,23 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
         db["checks"].insert_all(check_rows)
         db["runs"].insert_all(run_rows)
         db["status"].insert_all(status_rows)
+        db["claim_edges"].insert_all(edge_rows)
+        update_rests(db)
         db["meta"].upsert({"key": "fingerprint", "value": fingerprint}, pk="key")
+
+
+def update_rests(db: sqlite_utils.Database) -> None:
+    """Re-derive, for every claim, what its `depends_on` chain rests on (inside the caller's transaction)."""
+    from kb.index.rests import rests_on
+
+    deps: dict[str, list[str]] = {}
+    for r in db.query("SELECT claim_id, target FROM claim_edges WHERE relation = 'depends_on' ORDER BY rowid"):
+        deps.setdefault(r["claim_id"], []).append(r["target"])
+    status = {r["claim_id"]: r["status"] for r in db.query("SELECT claim_id, status FROM status WHERE hardware_class = '*'")}
+    rests = rests_on(deps, status)
+    db.execute("UPDATE status SET rests_on = NULL, rests_via = NULL, rests_path = NULL WHERE hardware_class = '*'")
+    db.conn.executemany("UPDATE status SET rests_on = ?, rests_via = ?, rests_path = ? WHERE claim_id = ? AND hardware_class = '*'",
+                   [(r.state, r.via, json.dumps(r.path), cid) for cid, r in rests.items()])
 
 
 def _run_row(r: Run) -> dict[str, Any]:

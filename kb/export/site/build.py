@@ -30,6 +30,7 @@ import sqlite_utils
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
 from kb.config import Config
+from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
 from kb.export.site.data import (
     SOURCE_KINDS,
     SiteData,
@@ -131,6 +132,20 @@ def _dashboard_context(data: SiteData) -> dict[str, Any]:
     }
 
 
+def _graph_context(graph: Graph) -> dict[str, Any]:
+    """One layered graph per note (claims with relations, grouped in columns by note section)."""
+    notes = sorted({d["note"] for d in graph.nodes.values() if d.get("note")})
+    views = []
+    for note in notes:
+        sub = by_note(graph, note)
+        if sub.edges:
+            views.append((note, len(sub.nodes), len(sub.edges),
+                          to_svg(sub, href=lambda cid: f"claims/{cid}.html", group_by="section",
+                                 title=f"relations among the claims of {note}")))
+    counts = {r: sum(1 for e in graph.edges if e[2] == r) for r in RELATIONS}
+    return {"views": views, "counts": counts, "n_linked": len({n for a, b, _ in graph.edges for n in (a, b)})}
+
+
 def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
     checks = [{**ch, "expect_text": fmt_expect(ch.get("expect", {})),
                "params_text": json.dumps(ch.get("params", {}), sort_keys=True)} for ch in c.get("checks", [])]
@@ -208,14 +223,21 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
                                                   "filter_href": _filter_href}),
         "sources.html": ("sources.html", _sources_context(data)),
     }
+    graph = load_graph(db)
+    pages["graph.html"] = ("graph.html", _graph_context(graph))
     for name, (tpl_name, ctx) in pages.items():
         _render(env.get_template(tpl_name), out / name, root="", page=name, **ctx)
 
     claim_tpl = env.get_template("claim.html")
     keep = set()
+    linked = {n for a, b, _ in graph.edges for n in (a, b)}
     for c in data.claims:
         name = f"{c['id']}.html"
         keep.add(name)
-        _render(claim_tpl, out / "claims" / name, root="../", page="claim", **_claim_context(c, data))
+        hood = None
+        if c["id"] in linked:
+            sub = neighbourhood(graph, c["id"], 2)
+            hood = to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}", highlight=c["id"])
+        _render(claim_tpl, out / "claims" / name, root="../", page="claim", graph=hood, **_claim_context(c, data))
     _remove_stale_pages(out / "claims", keep)
     return len(pages) + len(keep)

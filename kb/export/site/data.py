@@ -43,10 +43,12 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
     """Read the whole index; attach to each claim its statuses, runs, sources and relations."""
     sources = {r["id"]: json.loads(r["json"]) for r in db.query("SELECT id, json FROM sources ORDER BY id")}
     status: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids, strength, upstream FROM status"):
+    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids, strength, upstream, rests_on, rests_via "
+                      "FROM status"):
         status[r["claim_id"]][r["hardware_class"]] = {
             "status": r["status"], "reason": r["reason"] or "", "run_ids": json.loads(r["run_ids"] or "[]"),
-            "strength": r["strength"] or "none", "upstream": r["upstream"],
+            "strength": r["strength"] or "none", "upstream": r["upstream"], "rests_on": r["rests_on"],
+            "rests_via": r["rests_via"],
         }
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     n_runs = 0
