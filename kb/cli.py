@@ -51,7 +51,12 @@ def _index(ctx: click.Context, force: bool = False):
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
     """kb: a verified knowledge base of FlashAttention claims."""
-    ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
+    from kb.config import ConfigError
+
+    try:
+        ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
 
 
 @cli.command()
@@ -235,8 +240,9 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(VERIFIER_KINDS))
 @click.option("--plan", "plan_only", is_flag=True, help="Show what would run and why others are skipped.")
 @click.option("--force", is_flag=True, help="Re-run checks that have current evidence.")
-@click.option("--jobs", "-j", default=2, show_default=True, help="Parallel CPU workers.")
-@click.option("--timeout", type=float, help="Per-check timeout in seconds (default: each verifier's own).")
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64), help="Parallel CPU workers.")
+@click.option("--timeout", type=float, callback=lambda c, p, v: _positive_seconds(v),
+              help="Per-check timeout in seconds, > 0 (default: each verifier's own).")
 @click.option("--online", is_flag=True, help="Fetch cited files of GitHub-hosted sources that have no local clone.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -285,6 +291,22 @@ def sources_fetch(ctx: click.Context, ids: tuple[str, ...]) -> None:
     click.echo(f"{ok} source(s) ready, {len(failed)} not" + ("; source checks for those will be skipped" if failed else ""),
                err=True)
     ctx.exit(3 if failed else 0)
+
+
+def _positive_seconds(v: float | None) -> float | None:
+    import math
+
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise click.BadParameter(f"{v} is not a positive, finite number of seconds")
+    return v
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write an export; an unwritable destination is the user's input, not a crash."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _progress(total: int) -> Any:
@@ -385,7 +407,7 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
             ctx.exit(1)
         click.echo(f"{out} is up to date", err=True)
         return
-    out.write_text(text)
+    _write_text(out, text)
     click.echo(f"wrote {out}", err=True)
 
 
@@ -397,7 +419,12 @@ def export_site(ctx: click.Context, output: Path) -> None:
     from kb.export.site.build import build_site
 
     start = time.perf_counter()
-    n = build_site(_index(ctx).db, _cfg(ctx), output)
+    if output.exists() and not output.is_dir():
+        raise BadInput(f"{output} is a file, not a folder")
+    try:
+        n = build_site(_index(ctx).db, _cfg(ctx), output)
+    except OSError as exc:
+        raise BadInput(f"cannot write the site to {output}: {exc.strerror or exc}") from None
     click.echo(f"wrote {n} page(s) to {output} in {time.perf_counter() - start:.2f} s", err=True)
 
 
@@ -413,7 +440,7 @@ def export_prov(ctx: click.Context, output: Path | None) -> None:
     doc = prov_document(_index(ctx).db)
     text = json.dumps(doc, indent=1, sort_keys=True)
     if output:
-        output.write_text(text + "\n")
+        _write_text(output, text + "\n")
     else:
         sys.stdout.write(text + "\n")
 
@@ -450,7 +477,8 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
 
 @cli.command()
 @click.argument("claim_id", required=False)
-@click.option("--depth", default=2, show_default=True, help="With CLAIM_ID: relation steps around it, either direction.")
+@click.option("--depth", default=2, show_default=True, type=click.IntRange(0, 50),
+              help="With CLAIM_ID: relation steps around it, either direction.")
 @click.option("--note", help="Only claims anchored in this note (e.g. fa2-backward or docs/notes/fa2-backward.md).")
 @click.option("--format", "fmt", type=click.Choice(["json", "dot", "svg"]), default="json", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file instead of stdout.")
@@ -474,7 +502,7 @@ def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None
         g.nodes = {n: d for n, d in g.nodes.items() if n in linked}
     text = graph_text(g, fmt)
     if output:
-        output.write_text(text)
+        _write_text(output, text)
         click.echo(f"wrote {len(g.nodes)} nodes, {len(g.edges)} edges to {output}", err=True)
     else:
         sys.stdout.write(text)

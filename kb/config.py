@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,26 @@ def find_root(start: Path | None = None) -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+class ConfigError(ValueError):
+    """kb.local.toml cannot be used; the message names the file, line and field."""
+
+
+def _read_local(path: Path) -> dict:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None) or (int(m[1]) if (m := re.search(r"line (\d+)", str(exc))) else 1)
+        raise ConfigError(f"{path.name}:{line}: not valid TOML ({str(exc).split(' (at')[0]})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path.name}: cannot be read ({exc.strerror})") from None
+    clones = data.get("clones", {})
+    if not isinstance(clones, dict) or not all(isinstance(v, str) and v for v in clones.values()):
+        raise ConfigError(f"{path.name}: [clones] must map source ids to paths (strings)")
+    if "clone_cache" in data and not isinstance(data["clone_cache"], str):
+        raise ConfigError(f"{path.name}: clone_cache must be a path (a string)")
+    return data
+
+
 def load_config(root: Path | None = None, db: str | None = None) -> Config:
     """Read `kb.local.toml` (ignored by git) and the environment.
 
@@ -62,7 +83,7 @@ def load_config(root: Path | None = None, db: str | None = None) -> Config:
     cache = None
     local = root / "kb.local.toml"
     if local.exists():
-        data = tomllib.loads(local.read_text())
+        data = _read_local(local)
         clones.update({k: str(v) for k, v in data.get("clones", {}).items()})
         if "clone_cache" in data:
             cache = Path(data["clone_cache"])

@@ -9,6 +9,7 @@ full SHA never changes, so the cache never needs revalidating.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from kb.gitsrc import GitRepo
@@ -27,7 +28,10 @@ def fetch_raw(repo_url: str, sha: str, path: str) -> bytes | None:
     slug = repo_url.removeprefix("https://github.com/").strip("/")
     if not slug or slug == repo_url:
         raise FetchError(f"{repo_url} is not a GitHub repository; configure a local clone")
-    cache = Path(os.environ.get("KB_HTTP_CACHE", ".kb/http-cache")) / "raw" / slug / sha / path
+    root = (Path(os.environ.get("KB_HTTP_CACHE", ".kb/http-cache")) / "raw").resolve()
+    cache = (root / slug / sha / path).resolve()
+    if not re.fullmatch(r"[0-9a-f]{40}", sha) or not cache.is_relative_to(root):
+        raise FetchError(f"{path!r} at {sha!r} would leave the cache folder; anchors name repository-relative paths")
     if cache.exists():
         return cache.read_bytes()
     base = os.environ.get("KB_RAW_BASE", "https://raw.githubusercontent.com").rstrip("/")

@@ -16,6 +16,14 @@ from kb.records.vocab import GENERATIONS, STATUSES
 CPU = "cpu"
 
 
+def md(value: object) -> str:
+    """A value from data, safe inside a Markdown line or table cell: no new structure can start in it."""
+    text = " ".join(str(value).split())  # no line breaks: a '#' or '|' can never begin a heading or a row
+    for ch in "\\|`*[]<>":
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("#", "\\#")
+
+
 def _drifted(db: sqlite_utils.Database) -> set[str]:
     """Claims the last committed audit found drifted (their status reason says so)."""
     return {r["claim_id"] for r in db.query("SELECT claim_id, reason FROM status WHERE hardware_class = '*' "
@@ -54,7 +62,7 @@ def render_status(db: sqlite_utils.Database) -> str:
 
     lines += ["## By area", "",
               "| generation | phase | claims | source audit | CPU-checked | " + " | ".join(
-                  f"GPU-measured ({g})" for g in gpu_classes) + (" | " if gpu_classes else "")
+                  f"GPU-measured ({md(g)})" for g in gpu_classes) + (" | " if gpu_classes else "")
               + "refuted | needs hardware | review-only |",
               "|---|---|---:|---|---:|" + "---:|" * len(gpu_classes) + "---:|---:|---:|"]
     areas: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -115,7 +123,7 @@ def render_status(db: sqlite_utils.Database) -> str:
               "on each claim. Changed content at a tracking pin or in the notes makes a claim stale instead.", ""]
     if upstream:
         lines += ["| source@pin | pin role | claims |", "|---|---|---:|"]
-        lines += [f"| {pin} | {roles.get(pin, '?')} | {len(ids)} |" for pin, ids in sorted(upstream.items())]
+        lines += [f"| {md(pin)} | {roles.get(pin, '?')} | {len(ids)} |" for pin, ids in sorted(upstream.items())]
     else:
         lines.append("None.")
     lines.append("")
@@ -145,7 +153,7 @@ def render_status(db: sqlite_utils.Database) -> str:
     refuted = sorted(i for i, o in overall.items() if o["status"] == "refuted")
     lines += ["## Refuted claims", "",
               "A refuted claim records what the notes assert and the evidence against it; it is a finding, not an error.", ""]
-    lines += [f"- `{i}` — {overall[i]['reason']}" for i in refuted] or ["None."]
+    lines += [f"- `{i}` — {md(overall[i]['reason'])}" for i in refuted] or ["None."]
     lines.append("")
 
     pending: dict[str, list[str]] = defaultdict(list)
@@ -157,12 +165,12 @@ def render_status(db: sqlite_utils.Database) -> str:
     if not pending:
         lines.append("None.")
     for need, ids in sorted(pending.items()):
-        lines.append(f"- **{need}** ({len(ids)}): " + ", ".join(f"`{i}`" for i in ids))
+        lines.append(f"- **{md(need)}** ({len(ids)}): " + ", ".join(f"`{i}`" for i in ids))
     lines.append("")
 
     inconclusive = sorted(i for i, o in overall.items() if o["status"] == "inconclusive")
     if inconclusive:
-        lines += ["## Inconclusive", ""] + [f"- `{i}` — {overall[i]['reason']}" for i in inconclusive] + [""]
+        lines += ["## Inconclusive", ""] + [f"- `{i}` — {md(overall[i]['reason'])}" for i in inconclusive] + [""]
 
     env_rows = list(db.query("SELECT hardware_class, json FROM runs WHERE hardware_class != 'cpu' "
                              "GROUP BY hardware_class"))
@@ -171,9 +179,9 @@ def render_status(db: sqlite_utils.Database) -> str:
         for r in env_rows:
             env = json.loads(r["json"]).get("environment", {})
             gpu = env.get("gpu", {})
-            lines.append(f"- {r['hardware_class']}: {gpu.get('sm_count', '?')} SMs, torch {env.get('torch', '?')}, "
-                         f"CUDA {env.get('cuda', env.get('torch_cuda', '?'))}, "
-                         f"flash-attn-4 {env.get('packages', {}).get('flash-attn-4', 'n/a')}, "
-                         f"triton {env.get('packages', {}).get('triton', 'n/a')}")
+            lines.append(f"- {md(r['hardware_class'])}: {md(gpu.get('sm_count', '?'))} SMs, torch {md(env.get('torch', '?'))}, "
+                         f"CUDA {md(env.get('cuda', env.get('torch_cuda', '?')))}, "
+                         f"flash-attn-4 {md(env.get('packages', {}).get('flash-attn-4', 'n/a'))}, "
+                         f"triton {md(env.get('packages', {}).get('triton', 'n/a'))}")
         lines.append("")
     return "\n".join(lines)

@@ -31,6 +31,9 @@ def _stale_reason(claim: Claim, run: Run, spec: VerifierSpec | None) -> str | No
     check = claim.checks[run.check_index] if run.check_index < len(claim.checks) else None
     if check is None or check.verifier != run.verifier or check.params != run.params:
         return "the check's parameters changed after this evidence"
+    recorded = run.environment.get("check_anchor")
+    if recorded is not None and recorded != claim.check_anchor(run.check_index):
+        return "the cited lines changed after this evidence"
     return None
 
 

@@ -8,8 +8,11 @@ file leaves the database exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,6 +98,12 @@ def m006_relations_and_rests(db: sqlite_utils.Database) -> None:
     db["status"].add_column("rests_path", str)
 
 
+@migrations()
+def m007_run_recorded(db: sqlite_utils.Database) -> None:
+    """When this machine recorded each run (the evidence file's stamp): the order of "latest"."""
+    db["runs"].add_column("recorded", str)
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 
@@ -124,7 +133,12 @@ class Index:
         """Every run the index holds."""
         from kb.records.models import Run
 
-        return [Run.model_validate_json(r["json"]) for r in self.db.query("SELECT json FROM runs")]
+        out = []
+        for r in self.db.query("SELECT json, recorded FROM runs"):
+            run = Run.model_validate_json(r["json"])
+            run._recorded = r["recorded"]
+            out.append(run)
+        return out
 
     def status_counts(self) -> dict[str, int]:
         """Claims per overall status."""
@@ -150,13 +164,16 @@ class Index:
         cfg = self.cfg
         affected = sorted({r.claim_id for r in runs})
         marks = ",".join("?" * len(affected))
-        known = [Run.model_validate_json(r["json"])
-                 for r in self.db.query(f"SELECT json FROM runs WHERE claim_id IN ({marks})", affected)]
+        known = []
+        for r in self.db.query(f"SELECT json, recorded FROM runs WHERE claim_id IN ({marks})", affected):
+            run = Run.model_validate_json(r["json"])
+            run._recorded = r["recorded"]
+            known.append(run)
         corpus = self.corpus()
         claims = {cid: corpus.claims[cid] for cid in affected if cid in corpus.claims}
         statuses = derive(claims, known + runs, registry, load_drift(cfg.root), corpus.sources)
         before = input_fingerprint(cfg.root, exclude={Path(f).resolve() for f in files})
-        with self.db.atomic():
+        with writer_lock(cfg.db_path), self.db.atomic():
             self.db["runs"].insert_all([_run_row(r) for r in runs], ignore=True)
             self.db.execute(f"DELETE FROM status WHERE claim_id IN ({marks})", affected)
             self.db["status"].insert_all(_status_rows(statuses))
@@ -189,11 +206,35 @@ def input_fingerprint(root: Path, exclude: set[Path] | frozenset[Path] = frozens
     return h.hexdigest()
 
 
+BUSY_TIMEOUT_MS = 120_000
+
+
+@contextlib.contextmanager
+def writer_lock(db_path: Path) -> Iterator[None]:
+    """One writer at a time per database, across processes: concurrent commands wait, never fail.
+
+    SQLite's own busy timeout covers single statements; this lock covers a whole
+    migrate-check-rebuild (or record) sequence, so two commands never rebuild at once
+    and the second finds the index already current.
+    """
+    lock = db_path.with_name(db_path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def open_db(path: Path) -> sqlite_utils.Database:
     """Open (creating if needed) the database and apply pending migrations."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite_utils.Database(path)
-    migrations.apply(db)
+    db.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    with writer_lock(path):
+        db.conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a writer
+        migrations.apply(db)
     return db
 
 
@@ -206,11 +247,19 @@ def _meta(db: sqlite_utils.Database, key: str) -> str | None:
 
 def open_index(cfg: Config, force: bool = False) -> Index:
     """The up-to-date index; raises IndexError_ (database untouched) on bad input."""
+    from kb.verify.evidence import JOURNAL_GLOB, recover_journals
+
     db = open_db(cfg.db_path)
+    if any((cfg.root / "evidence").glob(JOURNAL_GLOB)):
+        with writer_lock(cfg.db_path):
+            recover_journals(cfg.root)  # runs a killed `kb verify` had finished become evidence files
     fp = input_fingerprint(cfg.root)
     if not force and _meta(db, "fingerprint") == fp:
         return Index(db, rebuilt=False, cfg=cfg, fingerprint=fp)
-    rebuild(db, cfg, fp)
+    with writer_lock(cfg.db_path):
+        if not force and _meta(db, "fingerprint") == fp:  # another process rebuilt it while we waited
+            return Index(db, rebuilt=False, cfg=cfg, fingerprint=fp)
+        rebuild(db, cfg, fp)
     return Index(db, rebuilt=True, cfg=cfg, fingerprint=fp)
 
 
@@ -224,10 +273,24 @@ def check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Pr
     from kb.verify.evidence import load_evidence
     from kb.verify.registry import load_verifiers
 
-    registry = load_verifiers(cfg.verifiers_dir)
+    try:
+        registry = load_verifiers(cfg.verifiers_dir)
+    except SyntaxError as exc:
+        where = Path(exc.filename or "verifiers").resolve()
+        rel = where.relative_to(cfg.root) if where.is_relative_to(cfg.root) else where
+        return _empty_corpus(), [], {}, [Problem(str(rel), exc.lineno or 0, f"verifier module does not parse: {exc.msg}")]
+    except Exception as exc:  # a verifier module that fails to import is the project's bad input, not kb's bug
+        return _empty_corpus(), [], {}, [Problem(str(cfg.verifiers_dir or "verifiers"), 0,
+                                                 f"verifier package failed to import: {type(exc).__name__}: {exc}")]
     corpus = validate(cfg.root, registry)
     runs, ev_problems = load_evidence(cfg.root)
     return corpus, runs, registry, corpus.problems + ev_problems
+
+
+def _empty_corpus() -> Corpus:
+    from kb.records.loader import Corpus
+
+    return Corpus()
 
 
 def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
@@ -308,7 +371,7 @@ def _run_row(r: Run) -> dict[str, Any]:
         "run_id": r.run_id, "claim_id": r.claim_id, "check_index": r.check_index, "verifier": r.verifier,
         "verifier_hash": r.verifier_hash, "claim_hash": r.claim_hash, "verdict": r.verdict, "reason": r.reason,
         "hardware_class": r.hardware_class, "started": r.started, "duration_s": r.duration_s,
-        "json": r.model_dump_json(),
+        "json": r.model_dump_json(), "recorded": r._recorded,
     }
 
 

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from datetime import date
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from kb.records.vocab import TOPICS, Generation, Label, Phase, SourceKind, StatusName, Verdict
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_LINE = 10_000_000
 CLAIM_ID = re.compile(r"^[a-z0-9]+(\.[a-z0-9][a-z0-9-]*)+$")
 
 
@@ -135,6 +137,16 @@ class Anchor(Strict):
             raise ValueError(f"{v!r} is not a 64-hex sha256")
         return v
 
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, v: str | None) -> str | None:
+        # Anchor paths name a file inside the cited repository: never outside it, never on this machine.
+        if v is not None:
+            parts = v.replace("\\", "/").split("/")
+            if not v or v.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", v) or ".." in parts or "\x00" in v:
+                raise ValueError(f"{v!r} is not a repository-relative path (no leading /, no '..')")
+        return v
+
     @field_validator("lines")
     @classmethod
     def _span(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -142,6 +154,8 @@ class Anchor(Strict):
             start, end = v
             if start < 1:
                 raise ValueError(f"line span starts at {start}; lines are numbered from 1")
+            if end > MAX_LINE:
+                raise ValueError(f"line {end} is beyond any source file (at most {MAX_LINE})")
             if end < start:
                 raise ValueError(f"line span [{start}, {end}] ends before it starts")
         return v
@@ -181,6 +195,11 @@ class Comparison(Strict):
         ]
         if sum(rules) == 0:
             raise ValueError("an expectation needs one of equals, approx, at_most, at_least, between, is")
+        numbers = [self.approx, self.rel, self.abs, self.at_most, self.at_least, *(self.between or ())]
+        if isinstance(self.equals, float):
+            numbers.append(self.equals)
+        if any(x is not None and not math.isfinite(x) for x in numbers):
+            raise ValueError("an expectation's numbers must be finite (no NaN or infinity)")
         if (self.rel is not None or self.abs is not None) and self.approx is None:
             raise ValueError("rel/abs only go with approx")
         return self
@@ -237,7 +256,7 @@ class Claim(Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not CLAIM_ID.match(v):
+        if not CLAIM_ID.fullmatch(v):  # fullmatch: `$` would let a trailing newline through
             raise ValueError(f"{v!r} is not a claim id like 'fa2.bwd.dq-atomic-accumulation'")
         return v
 
@@ -247,6 +266,9 @@ class Claim(Strict):
         unknown = [t for t in v if t not in TOPICS]
         if unknown:
             raise ValueError(f"unknown topic {unknown[0]!r} (see kb.vocab.TOPICS)")
+        dup = sorted({t for t in v if v.count(t) > 1})
+        if dup:
+            raise ValueError(f"topic {dup[0]!r} is listed twice")
         return v
 
     @model_validator(mode="after")
@@ -254,6 +276,20 @@ class Claim(Strict):
         if not self.checks and not (self.review and self.review.strip()) and self.experiment is None:
             raise ValueError("a claim with no checks needs a review reason or a pending experiment")
         return self
+
+    def check_anchor(self, index: int) -> dict[str, Any] | None:
+        """The anchor check `index` reads (its `anchor` parameter), as recorded with its runs; None if it reads none.
+
+        The claim's content hash leaves anchors out (drift is the audit's business), but a check
+        that reads cited lines depends on exactly which lines: its runs record the anchor, and a
+        run made for other lines is neither reused nor current.
+        """
+        if not 0 <= index < len(self.checks):
+            return None
+        ix = self.checks[index].params.get("anchor")
+        if not isinstance(ix, int) or not 0 <= ix < len(self.anchors):
+            return None
+        return self.anchors[ix].model_dump(mode="json", exclude_none=True)
 
     def content_hash(self) -> str:
         """Hash of what a check's verdict depends on: statement, scope and checks.
@@ -291,6 +327,36 @@ class Run(Strict):
     started: str
     duration_s: float
     log: str = ""
+    # When this machine recorded the run (its evidence file's stamp); not part of the content address,
+    # so an imported run cannot choose its own rank: the latest run is decided by (recorded, started).
+    _recorded: str | None = PrivateAttr(default=None)
+
+    @property
+    def rank(self) -> tuple[str, str]:
+        """Order key for "latest": the local recording time first, the claimed start time second."""
+        return (self._recorded or self.started, self.started)
+
+    @field_validator("duration_s")
+    @classmethod
+    def _finite_duration(cls, v: float) -> float:
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"duration {v} is not a finite, non-negative number of seconds")
+        return v
+
+    @field_validator("started")
+    @classmethod
+    def _sane_time(cls, v: str) -> str:
+        from datetime import UTC, datetime, timedelta
+
+        try:
+            when = datetime.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"started {v!r} is not an ISO 8601 time") from None
+        if when.tzinfo is None:
+            raise ValueError(f"started {v!r} has no time zone")
+        if when > datetime.now(UTC) + timedelta(days=1):
+            raise ValueError(f"started {v!r} is in the future")
+        return v
 
     def compute_id(self) -> str:
         """Content address of the record (everything but the id itself)."""

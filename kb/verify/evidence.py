@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from kb.records.models import Run
 from kb.records.yamlfile import Problem
 
 FORMAT = 1
+MAX_FILE_BYTES = 256 * 2**20
 # CPU and source checks are hardware-independent: their runs share one class.
 CPU_CLASS = "cpu"
 
@@ -30,8 +32,21 @@ def class_slug(hardware_class: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", hardware_class.lower()).strip("-") or "unknown"
 
 
+_STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
+
+
+def file_stamp(path: Path) -> str | None:
+    """The recording time in an evidence file's name (`<stamp>-<hash>.json`), as ISO 8601."""
+    m = _STAMP.match(path.name)
+    return f"{m[1]}-{m[2]}-{m[3]}T{m[4]}:{m[5]}:{m[6]}+00:00" if m else None
+
+
 def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Problem]]:
-    """Runs of one evidence file, with problems located by file."""
+    """Runs of one evidence file, with problems located by file; only regular files are read."""
+    if path.is_symlink() or not path.is_file():
+        return [], [Problem(display, 0, "is not a regular file (evidence files are plain JSON files, never links or devices)")]
+    if path.stat().st_size > MAX_FILE_BYTES:
+        return [], [Problem(display, 0, f"is larger than {MAX_FILE_BYTES // 2**20} MiB; not an evidence file kb wrote")]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -50,6 +65,7 @@ def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Proble
         if run.run_id != run.compute_id():
             problems.append(Problem(display, 0, f"run {i}: run_id {run.run_id} does not match its content (edited by hand?)"))
             continue
+        run._recorded = file_stamp(path)
         runs.append(run)
     return runs, problems
 
@@ -84,15 +100,94 @@ def write_batch(root: Path, runs: list[Run]) -> Path | None:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{stamp}-{digest}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     tmp.replace(path)  # atomic: a reader never sees half a file
+    for run in runs:
+        run._recorded = file_stamp(path)
     return path
+
+
+# ------------------------------------------------------------------ the journal of a run in progress
+
+JOURNAL_GLOB = ".inflight-*.jsonl"
+
+
+class Journal:
+    """Finished runs of one `kb verify`, appended and fsynced as each lands.
+
+    A killed run (SIGKILL, power loss) leaves its journal behind; the next
+    `kb verify` turns every orphan journal into an ordinary evidence file
+    (`recover_journals`), so a finished run is never lost. A torn last line
+    (killed mid-write) is dropped: that run had not finished being recorded.
+    """
+
+    def __init__(self, root: Path) -> None:
+        folder = root / "evidence"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f".inflight-{os.getpid()}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%f')}.jsonl"
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def append(self, run: Run) -> None:
+        """Record one finished run durably."""
+        run.run_id = run.compute_id()
+        self._fh.write(json.dumps(run.model_dump(mode="json"), sort_keys=True) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self, remove: bool) -> None:
+        """Close; remove the journal once its runs are in evidence files."""
+        self._fh.close()
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+
+def _read_journal(path: Path) -> list[Run]:
+    runs = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            run = Run.model_validate_json(line)
+        except ValidationError:
+            continue  # the torn tail of a killed write
+        if run.run_id == run.compute_id():
+            runs.append(run)
+    return runs
+
+
+def recover_journals(root: Path) -> int:
+    """Turn journals left by killed runs into evidence files; returns how many runs were recovered."""
+    folder = root / "evidence"
+    n = 0
+    for path in sorted(folder.glob(JOURNAL_GLOB)) if folder.is_dir() else []:
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # another kb verify is still writing it
+        by_class: dict[str, list[Run]] = {}
+        for run in _read_journal(path):
+            by_class.setdefault(run.hardware_class, []).append(run)
+        for runs in by_class.values():
+            write_batch(root, runs)
+            n += len(runs)
+        path.unlink(missing_ok=True)
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def latest_runs(runs: Iterable[Run]) -> dict[tuple[str, int, str], Run]:
     """The newest non-error run per (claim, check, class); errors only when nothing else exists."""
     best: dict[tuple[str, int, str], Run] = {}
-    for run in sorted(runs, key=lambda r: r.started):
+    for run in sorted(runs, key=lambda r: r.rank):
         key = (run.claim_id, run.check_index, run.hardware_class)
         prev = best.get(key)
         if prev is None or run.verdict != "error" or prev.verdict == "error":

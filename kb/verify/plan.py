@@ -100,7 +100,8 @@ def make_plan(corpus: Corpus, claim_ids: list[str], registry: dict[str, Verifier
             prev = latest.get((cid, i, hw))
             if (not force and prev is not None and prev.verdict in ("supports", "refutes", "inconclusive")
                     and prev.claim_hash == claim.content_hash() and prev.verifier_hash == spec.code_hash()
-                    and prev.params == check.params):
+                    and prev.params == check.params
+                    and prev.environment.get("check_anchor") == claim.check_anchor(i)):
                 task.cached = prev
             plan.tasks.append(task)
     return plan

@@ -33,17 +33,22 @@ class _Worker:
 
     def __init__(self, root: Path) -> None:
         self.err = tempfile.TemporaryFile()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+        # Results come back on a pipe of their own, not on stdout: whatever a verifier (or a child
+        # process it starts) prints lands in the log, and can never be taken for a result.
+        read_fd, write_fd = os.pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+               "KB_PROTO_FD": str(write_fd)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kb.verify.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err, text=True, cwd=root, env=env, start_new_session=True,
+            [sys.executable, "-m", "kb.verify.worker"], stdin=subprocess.PIPE, stdout=self.err,
+            stderr=self.err, text=True, cwd=root, env=env, start_new_session=True, pass_fds=(write_fd,),
         )
+        os.close(write_fd)
+        self.proto = os.fdopen(read_fd, "r", encoding="utf-8")
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        assert self.proc.stdout
-        for line in self.proc.stdout:
+        for line in self.proto:
             self.lines.put(line)
         self.lines.put(None)
 
@@ -62,7 +67,17 @@ class _Worker:
                     "measurements": {}, "log": self._stderr_tail(), "duration_s": timeout}
         if line is None:
             return self._died()
-        return json.loads(line)
+        try:
+            res = json.loads(line)
+        except json.JSONDecodeError:
+            self.kill()
+            return {"verdict": "error", "reason": "worker answered something that is not a result (harness fault)",
+                    "measurements": {}, "log": self._stderr_tail(), "duration_s": 0.0}
+        if not isinstance(res, dict) or res.get("verdict") not in ("supports", "refutes", "inconclusive", "error", "skipped"):
+            return {"verdict": "error", "reason": f"verifier returned an unknown verdict {str(res.get('verdict'))[:40]!r}"
+                    " (harness fault, not evidence)" if isinstance(res, dict) else "malformed result",
+                    "measurements": {}, "log": self._stderr_tail(), "duration_s": 0.0}
+        return res
 
     def _died(self) -> dict[str, Any]:
         code = self.proc.wait(timeout=10)
@@ -155,7 +170,8 @@ def execute(plan: Plan, corpus: Corpus, cfg: Config, clones: dict[str, str], job
                     verdict=res["verdict"], reason=res["reason"],
                     measurements={k: Measurement(**m) for k, m in res.get("measurements", {}).items()},
                     hardware_class=t.hardware_class,
-                    environment=res.get("environment") or base_env,
+                    environment={**(res.get("environment") or base_env),
+                                 **({"check_anchor": a} if (a := t.claim.check_anchor(t.index)) else {})},
                     started=started, duration_s=res.get("duration_s", 0.0), log=res.get("log", ""),
                 )
                 with lock:

@@ -8,6 +8,8 @@ and it imports nothing from the index package.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -19,7 +21,7 @@ from kb.config import Config
 from kb.pinned.clones import clone_paths
 from kb.records.loader import Corpus
 from kb.records.models import Run
-from kb.verify.evidence import latest_runs, write_batch
+from kb.verify.evidence import Journal, latest_runs, write_batch
 from kb.verify.plan import Plan, Task, make_plan
 from kb.verify.registry import VerifierSpec, load_verifiers
 from kb.verify.runner import execute
@@ -65,6 +67,7 @@ class VerifyResult:
     plan: Plan
     new: list[Run] = field(default_factory=list)
     interrupted: bool = False
+    signal: int | None = None
     seconds: float = 0.0
     status_counts: dict[str, int] = field(default_factory=dict)
 
@@ -88,13 +91,20 @@ class VerifyResult:
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 3 harness errors, 1 something refuted, else 0."""
+        """130 interrupted (143 by SIGTERM), 3 harness errors, 1 something refuted, else 0."""
         if self.interrupted:
-            return 130
+            return 128 + int(self.signal or signal.SIGINT)
         s = self.summary()
         if s["errors"]:
             return 3
         return 1 if s["refuted"] else 0
+
+
+def _install(handlers: dict[Any, Any]) -> dict[Any, Any]:
+    """Install signal handlers (main thread only); returns the ones they replace."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, h) for sig, h in handlers.items()}
 
 
 def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (), generation: str | None = None,
@@ -116,16 +126,40 @@ def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (), gener
     result = VerifyResult(plan=plan)
     if plan_only:
         return result
-    on_done = progress(len(plan.to_run)) if progress else None
+    tick = progress(len(plan.to_run)) if progress else None
+    journal = Journal(cfg.root)
+    lock = threading.Lock()
+
+    def on_done(task: Task, run: Run) -> None:
+        with lock:  # lanes finish concurrently; each finished run is on disk before the next one lands
+            journal.append(run)
+        if tick:
+            tick(task, run)
+
+    caught: dict[str, int] = {}
+
+    def on_term(signum: int, frame: Any) -> None:
+        caught["signal"] = signum
+        raise KeyboardInterrupt  # SIGTERM stops the run the way Ctrl-C does
+
+    previous = _install({signal.SIGTERM: on_term})
     try:
         execute(plan, corpus, cfg, clones, jobs, timeout, on_done, runs=result.new)
     except KeyboardInterrupt:
         result.interrupted = True
-    by_class: dict[str, list[Run]] = {}
-    for r in result.new:
-        by_class.setdefault(r.hardware_class, []).append(r)
-    files = [p for runs in by_class.values() if (p := write_batch(cfg.root, runs)) is not None]
-    index.record_runs(result.new, files, registry)
+        result.signal = caught.get("signal", signal.SIGINT)
+    finally:
+        # A second Ctrl-C or SIGTERM while the finished runs are written must not cut that short.
+        _install({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN})
+    try:
+        by_class: dict[str, list[Run]] = {}
+        for r in result.new:
+            by_class.setdefault(r.hardware_class, []).append(r)
+        files = [p for runs in by_class.values() if (p := write_batch(cfg.root, runs)) is not None]
+        journal.close(remove=True)  # every run it held is now in an evidence file
+        index.record_runs(result.new, files, registry)
+    finally:
+        _install(previous)
     result.seconds = time.perf_counter() - start
     result.status_counts = index.status_counts()
     return result

@@ -51,6 +51,8 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         measurements = {k: v[0] for k, v in outcome.measurements.items()}
         if outcome.verdict is not None:
             verdict, reason = outcome.verdict, outcome.reason or ""
+            if verdict not in ("supports", "refutes", "inconclusive", "skipped"):
+                verdict, reason = "error", f"verifier returned an unknown verdict {str(verdict)[:40]!r} (harness fault)"
         else:
             expect = {k: Comparison.model_validate(v) for k, v in task["expect"].items()}
             verdict, reason = judge(measurements, expect)
@@ -76,8 +78,10 @@ def main() -> None:
     # cuBLAS reads this once per handle: set it before any verifier touches CUDA, so a
     # deterministic-mode check can never fail for want of it.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    sys.stdout = sys.stderr  # verifier prints must not corrupt the protocol stream
+    # Results go to the pipe the runner handed over (KB_PROTO_FD); stdout and stderr are only logs.
+    fd = os.environ.get("KB_PROTO_FD")
+    proto = os.fdopen(int(fd), "w", buffering=1) if fd else os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout = sys.stderr
     from kb.verify.hw import full_fingerprint
 
     env = None
