@@ -375,12 +375,16 @@ def evidence_import(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Merge evidence files (content-addressed: re-importing adds nothing)."""
     from kb.verify.evidence import import_files
 
-    new, dup, problems = import_files(_cfg(ctx).root, list(files))
+    known = set(_index(ctx).corpus().claims)
+    new, dup, problems, unknown = import_files(_cfg(ctx).root, list(files), known)
     for p in problems:
         click.echo(str(p), err=True)
     if problems:
         raise BadInput("nothing imported: fix the files above")
     _index(ctx)
+    if unknown:
+        click.echo(f"note: {len(unknown)} imported claim id(s) are not in this knowledge base: "
+                   + ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""), err=True)
     click.echo(f"imported {new} new run(s); {dup} already known", err=True)
 
 

@@ -253,3 +253,29 @@ def test_a_line_check_is_not_served_from_cache_when_its_lines_change(project: Pa
     assert cpu["status"] == "stale" and "cited lines changed" in cpu["reason"]
     again = json.loads(kb_subprocess(project, "verify", "--json", env=env).stdout)
     assert again["ran"] == 1 and "test.src.lines" in again["refuted"]  # line 1 has no atomicAdd
+
+
+def test_yaml_expansion_and_keys_are_bounded(project: Path) -> None:
+    lines = ["claims:", "  - &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  - &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    (project / "claims" / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    start = time.monotonic()
+    res = kb_subprocess(project, "validate", timeout=60)
+    assert time.monotonic() - start < 20
+    assert res.returncode == 2 and "claims/bomb.yaml:" in res.stderr and "expands to more than" in res.stderr
+    (project / "claims" / "bomb.yaml").write_text("claims:\n  - ? [1, 2]\n    : x\n")
+    res = kb_subprocess(project, "validate")
+    assert res.returncode == 2 and "claims/bomb.yaml:2" in res.stderr and "plain scalar" in res.stderr
+    (project / "claims" / "bomb.yaml").write_text("claims:\n" + "  " + "[" * 80 + "]" * 80 + "\n")
+    res = kb_subprocess(project, "validate")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_imported_runs_for_unknown_claims_are_reported(project: Path, tmp_path: Path) -> None:
+    kb_subprocess(project, "verify")
+    batch = next((project / "evidence").rglob("*.json"))
+    moved = tmp_path / batch.name
+    batch.rename(moved)
+    write_claims(project, "good", [claim("test.arith.renamed")])  # the runs' claims are gone from this KB
+    res = kb_subprocess(project, "evidence", "import", str(moved))
+    assert res.returncode == 0 and "not in this knowledge base: test.arith.four, test.arith.wrong" in res.stderr

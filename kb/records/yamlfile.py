@@ -60,6 +60,9 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     out.key_lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool) or key is None:
+            raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain scalar (a name)",
+                                                     key_node.start_mark)
         if key in out:
             loader.duplicate_keys.append((key_node.start_mark.line + 1, str(key)))
         out[key] = loader.construct_object(value_node, deep=True)
@@ -80,6 +83,43 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _constr
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
 
 
+MAX_EXPANDED = 2_000_000  # nodes after aliases are expanded: the corpus's largest file has ~150k
+MAX_DEPTH = 64
+
+
+def _bounded(root: Any, display: str) -> Problem | None:
+    """Refuse documents whose alias expansion or nesting is unbounded in practice (billion laughs, deep nests).
+
+    Aliases (`*name`) are fine for small reuse; the expanded size is computed per
+    node with memoisation, so measuring a bomb costs no more than parsing it.
+    """
+    if root is None:
+        return None
+    size: dict[int, int] = {}
+    depth_of: dict[int, int] = {}
+    order: list[Any] = []
+    stack = [(root, False)]
+    while stack:  # iterative post-order over the node graph (a DAG: the composer forbids recursive aliases)
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        children = ([c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode)
+                    else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            size[id(node)] = min(1 + sum(size[id(c)] for c in children), MAX_EXPANDED + 1)
+            depth_of[id(node)] = 1 + max((depth_of[id(c)] for c in children), default=0)
+            order.append(node)
+            if size[id(node)] > MAX_EXPANDED:
+                return Problem(display, node.start_mark.line + 1,
+                               f"expands to more than {MAX_EXPANDED} YAML nodes (aliases inside aliases?)")
+            if depth_of[id(node)] > MAX_DEPTH:
+                return Problem(display, node.start_mark.line + 1, f"nests deeper than {MAX_DEPTH} levels")
+            continue
+        stack.append((node, True))
+        stack += [(c, False) for c in children if id(c) not in size]
+    return None
+
+
 def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
     """Parse one YAML file; returns (data, problems). Data is None on failure."""
     raw = path.read_bytes()
@@ -93,7 +133,11 @@ def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
     loader = _Loader(text)
     loader.duplicate_keys = []
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        bounded = _bounded(node, display)
+        if bounded:
+            return None, [bounded]
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else 0

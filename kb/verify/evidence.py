@@ -197,10 +197,12 @@ def latest_runs(runs: Iterable[Run]) -> dict[tuple[str, int, str], Run]:
     return best
 
 
-def import_files(root: Path, files: list[Path]) -> tuple[int, int, list[Problem]]:
-    """Merge evidence files made elsewhere; returns (new runs, already known, problems).
+def import_files(root: Path, files: list[Path], claim_ids: set[str] | None = None
+                 ) -> tuple[int, int, list[Problem], list[str]]:
+    """Merge evidence files made elsewhere; returns (new runs, already known, problems, unknown claim ids).
 
-    Nothing is written when any file is bad.
+    Nothing is written when any file is bad. Runs for claims not in `claim_ids`
+    are still kept (a claim may be added later) but reported, never dropped silently.
     """
     known = {r.run_id for r in load_evidence(root)[0]}
     fresh: dict[str, list[Run]] = {}
@@ -216,10 +218,11 @@ def import_files(root: Path, files: list[Path]) -> tuple[int, int, list[Problem]
             known.add(run.run_id)
             fresh.setdefault(run.hardware_class, []).append(run)
     if problems:
-        return 0, dup, problems
+        return 0, dup, problems, []
+    unknown = sorted({r.claim_id for runs in fresh.values() for r in runs} - claim_ids) if claim_ids is not None else []
     new = 0
     for runs in fresh.values():
         # Keep the imported ids: re-writing must not change content, so ids stay equal.
         write_batch(root, runs)
         new += len(runs)
-    return new, dup, []
+    return new, dup, [], unknown
