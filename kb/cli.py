@@ -33,14 +33,20 @@ def _cfg(ctx: click.Context) -> Config:
 
 
 def _index(ctx: click.Context, force: bool = False):
+    import sqlite3
+
     from kb.index.store import IndexError_, open_index
 
+    cfg = _cfg(ctx)
     try:
-        return open_index(_cfg(ctx), force=force)
+        return open_index(cfg, force=force)
     except IndexError_ as exc:
         for p in exc.problems:
             click.echo(str(p), err=True)
         raise BadInput(f"{len(exc.problems)} problem(s) in the input files; the index was left unchanged") from None
+    except (sqlite3.DatabaseError, OSError) as exc:
+        raise BadInput(f"cannot use {cfg.db_path} as the index database ({exc}); "
+                       "point --db at a new file or delete it: it is a cache, rebuilt from the files") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -116,7 +122,7 @@ def claims(ctx: click.Context, as_json: bool, nl: bool, **filters: str | None) -
 
 @cli.command()
 @click.argument("text")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000), help="At most this many results.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def search(ctx: click.Context, text: str, limit: int, as_json: bool) -> None:
@@ -475,6 +481,10 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
         ctx.exit(3 if any(o.startswith("not recorded") for _, o in results) else 0)
 
     ref_map = dict(r.split("=", 1) if "=" in r else ("*", r) for r in refs)
+    known = set(_index(ctx).corpus().sources)
+    unknown = [s for s in ref_map if s != "*" and s not in known]
+    if unknown:
+        raise BadInput(f"--ref names source {unknown[0]!r}, which is not registered (see `kb sources`)")
     ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, refs=ref_map, write=write,
                        as_json=as_json))
 
@@ -492,7 +502,7 @@ def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None
     from kb.export.graph import by_note, graph_text, load_graph, neighbourhood
 
     g = load_graph(_index(ctx).db)
-    if claim_id:
+    if claim_id is not None:
         if claim_id not in g.nodes:
             raise BadInput(f"no claim with id {claim_id!r} (try `kb search`)")
         g = neighbourhood(g, claim_id, depth)

@@ -55,19 +55,40 @@ class ConfigError(ValueError):
     """kb.local.toml cannot be used; the message names the file, line and field."""
 
 
+def _line(text: str, pattern: str) -> int:
+    m = re.search(pattern, text, flags=re.MULTILINE)
+    return text.count("\n", 0, m.start()) + 1 if m else 1
+
+
 def _read_local(path: Path) -> dict:
+    if path.is_symlink() or not path.is_file():
+        raise ConfigError(f"{path.name}:1: is not a regular file")
+    if path.stat().st_size > 1 << 20:
+        raise ConfigError(f"{path.name}:1: is larger than 1 MiB; not a kb configuration")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path.name}:1: is not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path.name}:1: cannot be read ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None) or (int(m[1]) if (m := re.search(r"line (\d+)", str(exc))) else 1)
         raise ConfigError(f"{path.name}:{line}: not valid TOML ({str(exc).split(' (at')[0]})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path.name}: cannot be read ({exc.strerror})") from None
+    except RecursionError:
+        raise ConfigError(f"{path.name}:1: nests too deeply to read") from None
     clones = data.get("clones", {})
-    if not isinstance(clones, dict) or not all(isinstance(v, str) and v for v in clones.values()):
-        raise ConfigError(f"{path.name}: [clones] must map source ids to paths (strings)")
+    if not isinstance(clones, dict):
+        line = _line(text, r"^\s*(clones\b|\[clones)")
+        raise ConfigError(f"{path.name}:{line}: [clones] must be a table of source id = path")
+    for key, value in clones.items():
+        if not isinstance(value, str) or not value:
+            line = _line(text, r"^\s*[\"']?" + re.escape(str(key)) + r"[\"']?\s*=")
+            raise ConfigError(f"{path.name}:{line}: [clones] {key}: the clone must be a path (a non-empty string)")
     if "clone_cache" in data and not isinstance(data["clone_cache"], str):
-        raise ConfigError(f"{path.name}: clone_cache must be a path (a string)")
+        line = _line(text, r"^\s*clone_cache\s*=")
+        raise ConfigError(f"{path.name}:{line}: clone_cache must be a path (a string)")
     return data
 
 

@@ -54,6 +54,13 @@ def source_commit(p: CommitParams, ctx: Context) -> Outcome:
     except RuntimeError:
         return Outcome(measurements={"value": (None, "")}, verdict="refutes",
                        reason=f"commit {p.sha} does not exist in the clone of {p.source}")
+    # The commit the check reads must be the one the anchor pins: metadata of another commit says nothing.
+    pinned = anchors[p.anchor_index].get("sha") or (ctx.sources.get(p.source) or {}).get("commit")
+    if pinned and pinned != full:
+        # The check is mis-built (it reads a commit the claim does not pin): no evidence either way.
+        return Outcome(verdict="error",
+                       reason=f"the check reads {full[:12]}, but anchor {p.anchor_index} pins {pinned[:12]}: "
+                              "anchor the commit it reads")
     if p.field == "tag":
         tags = _git(clone, "tag", "--points-at", full).split()
         value: object = tags[0] if len(tags) == 1 else sorted(tags)

@@ -57,6 +57,12 @@ class SourceLinesParams(Params):
     anchor: int
     tokens: list[str]
     absent: list[str] = []
+    # Where a statement asserts an order (one call before another, a branch before its alternative),
+    # the tokens must occur in this order, each after the end of the previous one.
+    ordered: bool = False
+    # Regular expressions that must match the cited text, e.g. one that includes the asserted value
+    # ("kBlockM\s*=\s*128"), so a token set that also fits the alternative is not enough.
+    patterns: list[str] = []
 
 
 @verifier("source.lines", kind="source-check", params=SourceLinesParams,
@@ -87,10 +93,21 @@ def source_lines(p: SourceLinesParams, ctx: Context) -> Outcome:
     digest, text = got
     hash_ok = digest == anchor.get("sha256")
     missing = [t for t in p.tokens if t not in text]
+    if p.ordered and not missing:
+        pos = 0
+        for t in p.tokens:
+            at = text.find(t, pos)
+            if at < 0:
+                missing.append(f"{t} (after {p.tokens[p.tokens.index(t) - 1]!r})")
+                break
+            pos = at + len(t)
+    missing += [f"/{pat}/" for pat in p.patterns if not re.search(pat, text, flags=re.MULTILINE)]
     present = [t for t in p.absent if t in text]
     ok = hash_ok and not missing and not present
     if ok:
-        reason = f"lines {start}-{end} of {anchor['path']} hash as recorded and contain {', '.join(map(repr, p.tokens))}"
+        reason = (f"lines {start}-{end} of {anchor['path']} hash as recorded and contain "
+                  f"{', '.join(map(repr, p.tokens))}{' in this order' if p.ordered else ''}"
+                  + (f" and match {', '.join(f'/{x}/' for x in p.patterns)}" if p.patterns else ""))
     elif not hash_ok:
         reason = f"lines {start}-{end} of {anchor['path']} hash to {digest[:12]}, not the recorded {str(anchor.get('sha256'))[:12]}"
     elif missing:

@@ -366,6 +366,7 @@ def run_audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, 
 
     report = audit(cfg, db, offline=offline, backend=backend, refs=refs)
     previous = read_record(cfg.root)
+    previous.pop("_text", None)
     carried = carry_over(report, _previous_findings(previous))
     code = exit_code(report)
     sources, _ = load_anchors(db)

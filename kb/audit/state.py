@@ -36,34 +36,94 @@ def full_path(root: Path) -> Path:
 
 
 class AuditStateError(ValueError):
-    """The committed audit record cannot be read."""
+    """The committed audit record cannot be read; carries the line where the trouble is (1 if unknown)."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+MAX_RECORD_BYTES = 64 * 2**20
 
 
 def read_record(root: Path) -> dict[str, Any]:
     """The committed record as a dict (empty when there is none); raises AuditStateError when unreadable."""
     path = drift_path(root)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {}
+    if path.is_symlink() or not path.is_file():
+        raise AuditStateError("is not a regular file")
+    if path.stat().st_size > MAX_RECORD_BYTES:
+        raise AuditStateError(f"is larger than {MAX_RECORD_BYTES // 2**20} MiB")
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise AuditStateError(f"{path}: not valid JSON ({exc})") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AuditStateError(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x})", raw[: exc.start].count(b"\n") + 1) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AuditStateError(f"not valid JSON ({exc.msg})", exc.lineno) from None
+    except (RecursionError, ValueError) as exc:
+        raise AuditStateError(f"not a readable audit record ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
-        raise AuditStateError(f"{path}: expected an object")
+        raise AuditStateError("expected an object")
+    data["_text"] = text
     return data
 
 
-def load_drift(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """claim id -> its drift entries from the committed record.
+def _line_of(text: str, needle: str) -> int:
+    at = text.find(needle)
+    return text.count("\n", 0, at) + 1 if at >= 0 else 1
 
-    A format-1 record (only `stale_claims`: id -> reason) reads as one entry per
-    claim with an unknown pin, which derives as stale: an old record never makes
-    a claim look fresher than it did.
+
+_ENTRY_TYPES = {"source": str, "status": str, "pin": (str, type(None)), "path": (str, type(None)),
+                "heading": (str, type(None)), "head": (str, type(None)), "kind": str, "detail": str,
+                "carried_from": str, "not_rechecked": str, "found_at": str}
+
+
+def load_drift(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """claim id -> its drift entries from the committed record; raises AuditStateError on a malformed record.
+
+    A format-1 record (no `format`, only `stale_claims`: id -> reason) reads as one
+    entry per claim with an unknown pin, which derives as stale: an old record never
+    makes a claim look fresher than it did. Any other shape is refused, never ignored.
     """
     data = read_record(root)
-    if data.get("format") == FORMAT:
-        return {cid: list(entries) for cid, entries in (data.get("drift") or {}).items()}
-    return {cid: [{"status": "changed", "legacy_reason": reason}] for cid, reason in (data.get("stale_claims") or {}).items()}
+    if not data:
+        return {}
+    text = data.pop("_text", "")
+    fmt = data.get("format")
+    if fmt is None:
+        stale = data.get("stale_claims")
+        if not isinstance(stale, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in stale.items()):
+            raise AuditStateError("a record without `format` must hold `stale_claims`: claim id -> reason",
+                                  _line_of(text, '"stale_claims"'))
+        return {cid: [{"status": "changed", "legacy_reason": reason}] for cid, reason in stale.items()}
+    if fmt != FORMAT or isinstance(fmt, bool):
+        raise AuditStateError(f"format {fmt!r} is not one this kb reads (format {FORMAT})", _line_of(text, '"format"'))
+    drift = data.get("drift", {})
+    if not isinstance(drift, dict):
+        raise AuditStateError("`drift` must map claim ids to lists of entries", _line_of(text, '"drift"'))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cid, entries in drift.items():
+        where = _line_of(text, f'"{cid}"')
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise AuditStateError(f"drift of {cid}: expected a list of entries", where)
+        for e in entries:
+            for key, kind in _ENTRY_TYPES.items():
+                if key in e and not isinstance(e[key], kind):
+                    raise AuditStateError(f"drift of {cid}: field {key!r} has the wrong type", where)
+            if "source" not in e or "status" not in e:
+                raise AuditStateError(f"drift of {cid}: an entry needs source and status", where)
+            lines = e.get("lines")
+            if lines is not None and not (isinstance(lines, list) and len(lines) == 2
+                                          and all(isinstance(x, int) and not isinstance(x, bool) for x in lines)):
+                raise AuditStateError(f"drift of {cid}: lines must be [start, end]", where)
+            if "anchor" in e and not (isinstance(e["anchor"], int) and not isinstance(e["anchor"], bool)):
+                raise AuditStateError(f"drift of {cid}: anchor must be an index", where)
+        out[cid] = entries
+    return out
 
 
 def entry_text(e: Mapping[str, Any]) -> str:

@@ -299,11 +299,12 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
     from kb.index.status import derive
 
     corpus, runs, registry, problems = check_files(cfg)
+    problems = [p for p in problems if p.blocking]  # binding rules fail `kb validate`, not the index
     try:
         drift = load_drift(cfg.root)
     except AuditStateError as exc:
         drift = {}
-        problems.append(Problem(str(drift_path(cfg.root).relative_to(cfg.root)), 1, str(exc).split(": ", 1)[-1]))
+        problems.append(Problem(str(drift_path(cfg.root).relative_to(cfg.root)), exc.line, str(exc)))
     if problems:
         raise IndexError_(problems)
     statuses = derive(corpus.claims, runs, registry, drift, corpus.sources)

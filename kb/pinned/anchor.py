@@ -54,8 +54,13 @@ def describe_anchor(cfg: Config, corpus: Corpus, source_id: str, path: str, wher
     rev = sha or src.commit
     if not rev:
         raise AnchorError("give --sha: a repository anchor needs the pinned commit")
-    with GitRepo(clone) as repo:
-        blob = repo.read(rev, path)
+    from kb.pinned.git import GitError
+
+    try:
+        with GitRepo(clone) as repo:
+            blob = repo.read(rev, path)
+    except (GitError, OSError) as exc:
+        raise AnchorError(f"cannot read {path} at {rev[:12]} from {clone}: {exc}") from None
     if blob is None:
         raise AnchorError(f"{path} does not exist at {rev[:12]}")
     if src.kind == "notes":

@@ -6,12 +6,14 @@ can know about itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from kb.records.binding import consumed_givens, resolve_givens, statement_numbers, unbound_numbers
 from kb.records.loader import Corpus
 from kb.records.models import Claim
 from kb.records.yamlfile import Problem, line_of
@@ -77,7 +79,12 @@ def _check_problems(corpus: Corpus, claim: Claim, registry: Registry) -> list[Pr
             out.append(_claim_problem(corpus, claim, (*loc, "verifier"), f"unknown verifier {check.verifier!r}"))
             continue
         try:
-            params = spec.params.model_validate(check.params)
+            resolved = resolve_givens(check.params, claim.givens)
+        except KeyError as exc:
+            out.append(_claim_problem(corpus, claim, (*loc, "params"), f"uses ${exc.args[0]}, which is not in givens"))
+            continue
+        try:
+            params = spec.params.model_validate(resolved)
         except ValidationError as exc:
             for err in exc.errors():
                 ploc = (*loc, "params", *err["loc"])
@@ -101,6 +108,25 @@ def _check_problems(corpus: Corpus, claim: Claim, registry: Registry) -> list[Pr
                 if src is None or src.kind != "repo" or not a.lines:
                     out.append(_claim_problem(corpus, claim, (*loc, "params", "anchor"),
                                               f"anchor {anchor_ix} is not a repository anchor with a line span"))
+    return out
+
+
+def _binding_problems(corpus: Corpus, claim: Claim, constants: dict) -> list[Problem]:
+    """Every statement number of a checked claim is reproduced by a check or a given a check consumes (non-blocking)."""
+    return [dataclasses.replace(p, blocking=False) for p in _binding(corpus, claim, constants)]
+
+
+def _binding(corpus: Corpus, claim: Claim, constants: dict) -> list[Problem]:
+    out = [_claim_problem(corpus, claim, ("statement",),
+                          f"the number {u.text!r} is bound to no check: reproduce it in an expectation or a check "
+                          "parameter, or declare it in givens and consume it as \"$name\"")
+           for u in unbound_numbers(claim, constants)]
+    written = {t for t, _, _ in statement_numbers(claim.statement)}
+    out += [_claim_problem(corpus, claim, ("labels",), f"label {lab!r} is not a number written in the statement")
+            for lab in claim.labels if lab not in written]
+    unused = sorted(set(claim.givens) - consumed_givens(claim.checks))
+    if unused:
+        out.append(_claim_problem(corpus, claim, ("givens",), f"given {unused[0]!r} is consumed by no check parameter"))
     return out
 
 
@@ -152,9 +178,11 @@ def check_integrity(corpus: Corpus, registry: Registry) -> list[Problem]:
             if ref not in corpus.sources:
                 at = corpus.source_at[src.id]
                 out.append(Problem(at.path, at.line, f"source {src.id}: spec source {ref!r} is not registered", field="spec_sources"))
+    constants = {sid: s.constants for sid, s in corpus.sources.items() if s.kind == "hardware"}
     for claim in corpus.claims.values():
         out += _anchor_problems(corpus, claim)
         out += _check_problems(corpus, claim, registry)
+        out += _binding_problems(corpus, claim, constants)
     out += _relation_problems(corpus)
     return out
 

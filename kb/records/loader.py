@@ -105,6 +105,10 @@ def load_corpus(root: Path) -> Corpus:
             items, problems = _records(data, key, display)
             corpus.problems += problems
             for item, line in items:
+                if not isinstance(item, dict):
+                    corpus.problems.append(Problem(display, line, f"each entry of '{key}' must be a mapping, not "
+                                                   f"{type(item).__name__ if item is not None else 'null'}"))
+                    continue
                 record, problems = _validate(model, item, display, kind)
                 corpus.problems += problems
                 if record is None:

@@ -14,7 +14,16 @@ import re
 from datetime import date
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from kb.records.vocab import TOPICS, Generation, Label, Phase, SourceKind, StatusName, Verdict
 
@@ -54,7 +63,7 @@ class Source(Strict):
     content_sha256: str | None = None
     # hardware
     spec_sources: list[str] = Field(default_factory=list)
-    constants: dict[str, float | int] = Field(default_factory=dict)
+    constants: dict[str, StrictFloat | StrictInt] = Field(default_factory=dict)
     # private
     why_uncheckable: str | None = None
 
@@ -72,12 +81,17 @@ class Source(Strict):
         if missing:
             raise ValueError(f"a {self.kind} source needs {', '.join(missing)}")
         for name, sha in self.pins.items():
-            if not SHA40.match(sha):
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+                raise ValueError(f"pin name {name!r} is not a name (letters, digits, . _ -)")
+            if not SHA40.fullmatch(sha):
                 raise ValueError(f"pin {name!r} is {sha!r}, not a full 40-hex commit SHA")
         unknown = [t for t in self.tracking if t not in self.pins]
         if unknown:
             raise ValueError(f"tracking names {', '.join(map(repr, unknown))}, which is not a pin of this source")
-        if self.commit is not None and not SHA40.match(self.commit):
+        bad = [k for k, v in self.constants.items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"constant {bad[0]!r} is not a finite number")
+        if self.commit is not None and not SHA40.fullmatch(self.commit):
             raise ValueError(f"commit {self.commit!r} is not a full 40-hex commit SHA")
         return self
 
@@ -117,7 +131,7 @@ class Anchor(Strict):
     # repo / notes
     sha: str | None = None
     path: str | None = None
-    lines: tuple[int, int] | None = None
+    lines: tuple[StrictInt, StrictInt] | None = None
     symbol: str | None = None
     heading: str | None = None
     sha256: str | None = None
@@ -126,7 +140,7 @@ class Anchor(Strict):
     @field_validator("sha")
     @classmethod
     def _full_sha(cls, v: str | None) -> str | None:
-        if v is not None and not SHA40.match(v):
+        if v is not None and not SHA40.fullmatch(v):
             raise ValueError(f"{v!r} is not a full 40-hex commit SHA")
         return v
 
@@ -252,6 +266,10 @@ class Claim(Strict):
     depends_on: list[str] = Field(default_factory=list)
     refines: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
+    # Conditions the statement names (a shape, a configuration) that checks consume as "$name" (kb.records.binding).
+    givens: dict[str, Any] = Field(default_factory=dict)
+    # Numbers in the statement that name rather than measure (a section, a step, a year), exactly as written.
+    labels: list[str] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod
@@ -297,7 +315,10 @@ class Claim(Strict):
         Evidence recorded under another hash is stale. Anchors are left out on
         purpose: their drift is the audit's business, not a change of claim.
         """
-        body = self.model_dump(include={"statement", "scope", "checks"}, by_alias=True, mode="json")
+        # Givens feed the checks, so they are part of what a verdict depends on (left out when empty, so
+        # claims without givens keep the hash their evidence was recorded under).
+        fields = {"statement", "scope", "checks"} | ({"givens"} if self.givens else set())
+        body = self.model_dump(include=fields, by_alias=True, mode="json")
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -314,7 +335,7 @@ class Run(Strict):
     run_id: str = ""
     claim_id: str
     claim_hash: str
-    check_index: int
+    check_index: int = Field(ge=0, le=10_000)
     verifier: str
     verifier_hash: str
     params: dict[str, Any]

@@ -37,6 +37,9 @@ class Problem:
     message: str
     claim_id: str | None = None
     field: str | None = None
+    # False for rules about how well a claim is tied to its checks (binding): `kb validate` fails on them,
+    # but they do not stop the index from being built, since the records themselves are sound.
+    blocking: bool = True
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path
@@ -77,6 +80,14 @@ def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
     return out
 
 
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    if len(node.value) > 40:  # no count in this KB has 40 digits; Python refuses > 4300 anyway
+        raise yaml.constructor.ConstructorError(None, None, f"the number {node.value[:20]}... is too long",
+                                                node.start_mark)
+    return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 # Dates stay strings: a claim's "2026-07-22" is text, and pydantic parses dates where wanted.
@@ -137,7 +148,16 @@ def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
         bounded = _bounded(node, display)
         if bounded:
             return None, [bounded]
-        data = loader.construct_document(node) if node is not None else None
+        if node is None:
+            return None, [Problem(display, 1, "holds no YAML document (only comments or an empty document)")]
+        data = loader.construct_document(node)
+        if data is None:
+            return None, [Problem(display, node.start_mark.line + 1, "holds an empty document (null); expected a mapping")]
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else 1
+        return None, [Problem(display, line, f"is not valid YAML: {exc.reason} (character {exc.character!r})")]
+    except RecursionError:
+        return None, [Problem(display, 1, "nests too deeply to read")]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else 0

@@ -35,6 +35,25 @@ def class_slug(hardware_class: str) -> str:
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
 
 
+def _run_lines(text: str, n: int) -> list[int]:
+    """The line on which each element of the top-level "runs" array starts (1 where it cannot be told)."""
+    out = [1] * n
+    m = re.search(r'"runs"\s*:\s*\[', text)
+    if not m:
+        return out
+    dec = json.JSONDecoder()
+    pos = m.end()
+    for i in range(n):
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        out[i] = text.count("\n", 0, pos) + 1
+        try:
+            _, pos = dec.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            break
+    return out
+
+
 def file_stamp(path: Path) -> str | None:
     """The recording time in an evidence file's name (`<stamp>-<hash>.json`), as ISO 8601."""
     m = _STAMP.match(path.name)
@@ -47,23 +66,36 @@ def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Proble
         return [], [Problem(display, 0, "is not a regular file (evidence files are plain JSON files, never links or devices)")]
     if path.stat().st_size > MAX_FILE_BYTES:
         return [], [Problem(display, 0, f"is larger than {MAX_FILE_BYTES // 2**20} MiB; not an evidence file kb wrote")]
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        line = getattr(exc, "lineno", 0)
-        return [], [Problem(display, line, f"is not a readable evidence file: {exc}")]
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return [], [Problem(display, line, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return [], [Problem(display, exc.lineno, f"is not a readable evidence file: {exc.msg}")]
+    except (RecursionError, ValueError) as exc:  # absurd nesting, or a number Python will not convert
+        return [], [Problem(display, 1, f"is not a readable evidence file: {str(exc)[:120]}")]
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
         return [], [Problem(display, 1, f"is not an evidence file of format {FORMAT} (a mapping with 'format' and 'runs')")]
     runs, problems = [], []
+    lines = _run_lines(text, len(data["runs"]))
     for i, item in enumerate(data["runs"]):
         try:
             run = Run.model_validate(item)
         except ValidationError as exc:
             err = exc.errors()[0]
-            problems.append(Problem(display, 0, f"run {i}: field {'.'.join(map(str, err['loc']))}: {err['msg']}"))
+            problems.append(Problem(display, lines[i], f"run {i}: field {'.'.join(map(str, err['loc']))}: "
+                                                       f"{err['msg'].removeprefix('Value error, ')}"))
+            continue
+        except (RecursionError, ValueError) as exc:
+            problems.append(Problem(display, lines[i], f"run {i}: {str(exc)[:120]}"))
             continue
         if run.run_id != run.compute_id():
-            problems.append(Problem(display, 0, f"run {i}: run_id {run.run_id} does not match its content (edited by hand?)"))
+            problems.append(Problem(display, lines[i], f"run {i}: run_id {run.run_id} does not match its content "
+                                                       "(edited by hand?)"))
             continue
         run._recorded = file_stamp(path)
         runs.append(run)

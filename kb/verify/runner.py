@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kb.config import Config
+from kb.records.binding import resolve_givens
 from kb.records.loader import Corpus
 from kb.records.models import Measurement, Run
 from kb.verify.hw import machine
@@ -115,7 +116,7 @@ def _task_payload(t: Task, n: int, corpus: Corpus, clones: dict[str, str], hardw
                   verifiers_dir: Path | None) -> dict[str, Any]:
     check = t.claim.checks[t.index]
     return {
-        "task_id": n, "verifier": t.spec.id, "params": check.params,
+        "task_id": n, "verifier": t.spec.id, "params": resolve_givens(check.params, t.claim.givens),
         "expect": {k: v.model_dump(by_alias=True, exclude_none=True) for k, v in check.expect.items()},
         "claim": t.claim.model_dump(mode="json", by_alias=True),
         "sources": {a.source: corpus.sources[a.source].model_dump(mode="json") for a in t.claim.anchors},

@@ -51,7 +51,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         measurements = {k: v[0] for k, v in outcome.measurements.items()}
         if outcome.verdict is not None:
             verdict, reason = outcome.verdict, outcome.reason or ""
-            if verdict not in ("supports", "refutes", "inconclusive", "skipped"):
+            if verdict not in ("supports", "refutes", "inconclusive", "skipped", "error"):
                 verdict, reason = "error", f"verifier returned an unknown verdict {str(verdict)[:40]!r} (harness fault)"
         else:
             expect = {k: Comparison.model_validate(v) for k, v in task["expect"].items()}

@@ -1,0 +1,144 @@
+"""Binding: every number a statement states is tied to a check, so the two cannot drift apart.
+
+A number in a claim's statement is bound when a check reproduces it: it is an
+expected value (`equals`, `approx`, bounds), a parameter the check consumes
+(a shape, a grid point, a literal in an expression), text the check looks for
+in the pinned source (a token or pattern that contains it), or the value of a
+hardware constant an expression names (`H100.sm_count`). A number that is a
+condition rather than a result is declared in `givens` and must be consumed by
+a check parameter (`"$name"`), so a given no check reads binds nothing. A
+number that names rather than measures (a section, a step, a year) is listed,
+exactly as written, in `labels`.
+Units are matched as written: 128 KiB binds 131072 bytes; 36% binds 0.36.
+
+Claims without checks (review-only, waiting for hardware) are not bound:
+there is nothing to tie their numbers to, and their status never says verified.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# A number standing alone (not part of a name like FA2, sm_90, v2.0.0 or m16n8k16), with an optional unit.
+NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?!\.\d)"
+                    r"(?:\s*(KiB|MiB|GiB|KB|MB|GB|K|M|%|x|×)(?![A-Za-z]))?(?![\w])")
+_SCALE = {None: [1.0], "KiB": [1024.0], "MiB": [1024.0**2], "GiB": [1024.0**3], "KB": [1e3, 1024.0],
+          "MB": [1e6, 1024.0**2], "GB": [1e9, 1024.0**3], "K": [1e3, 1024.0], "M": [1e6, 1024.0**2],
+          "%": [0.01, 1.0], "x": [1.0], "×": [1.0]}
+GIVEN_REF = re.compile(r"^\$([A-Za-z_]\w*)$")
+
+
+@dataclass(frozen=True)
+class Unbound:
+    """A statement number no check reproduces."""
+
+    text: str
+    value: float
+
+
+def statement_numbers(statement: str) -> list[tuple[str, float, str | None]]:
+    """(as written, value, unit) for every standalone number in a statement.
+
+    "41,600" is one number; inside brackets ("O[64,128]", "(0,1)") a comma separates numbers.
+    """
+    out = []
+    for m in NUMBER.finditer(statement):
+        before = statement[m.start() - 1] if m.start() else ""
+        after = statement[m.end(1)] if m.end(1) < len(statement) else ""
+        if "," in m.group(1) and before and before in "[(" and after and after in "])":
+            out += [(part, float(part), None) for part in m.group(1).split(",")]
+            continue
+        out.append((m.group(0).strip(), float(m.group(1).replace(",", "")), m.group(2)))
+    return out
+
+
+def _collect(obj: Any, out: set[float], texts: list[str], constants: Mapping[str, Mapping[str, Any]]) -> None:
+    if isinstance(obj, bool) or obj is None:
+        return
+    if isinstance(obj, int | float):
+        if math.isfinite(obj):
+            out.add(float(obj))
+        return
+    if isinstance(obj, str):
+        texts.append(obj)
+        for m in re.finditer(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", obj):
+            out.add(float(m.group()))
+        for m in re.finditer(r"\b([A-Za-z]\w*)\.(\w+)\b", obj):
+            v = constants.get(m.group(1), {}).get(m.group(2))
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out.add(float(v))
+        return
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _collect(k, out, texts, constants)
+            _collect(v, out, texts, constants)
+        return
+    if isinstance(obj, Iterable):
+        for v in obj:
+            _collect(v, out, texts, constants)
+
+
+def consumed_givens(checks: list[Any]) -> set[str]:
+    """Names of givens that some check parameter references as "$name"."""
+    names: set[str] = set()
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, str) and (m := GIVEN_REF.match(obj)):
+            names.add(m.group(1))
+        elif isinstance(obj, Mapping):
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                walk(v)
+
+    for ch in checks:
+        walk(ch.params)
+    return names
+
+
+def bound_values(claim: Any, constants: Mapping[str, Mapping[str, Any]]) -> set[float]:
+    """Every number the claim's checks reproduce or consume."""
+    out: set[float] = set()
+    texts: list[str] = []
+    for ch in claim.checks:
+        _collect(ch.params, out, texts, constants)
+        _collect({k: v.model_dump(by_alias=True, exclude_none=True) for k, v in ch.expect.items()}, out, texts, constants)
+    used = consumed_givens(claim.checks)
+    for name, value in (claim.givens or {}).items():
+        if name in used:
+            _collect(value, out, texts, constants)
+    return out
+
+
+def unbound_numbers(claim: Any, constants: Mapping[str, Mapping[str, Any]]) -> list[Unbound]:
+    """Statement numbers of a checked claim that no check reproduces (empty for claims without checks)."""
+    if not claim.checks:
+        return []
+    vals = bound_values(claim, constants)
+    labels = set(claim.labels or [])
+    out = []
+    for text, value, unit in statement_numbers(claim.statement):
+        if text in labels:
+            continue
+        cands = [value * s for s in _SCALE.get(unit, [1.0])] + [value]
+        if not any(math.isclose(c, v, rel_tol=1e-9, abs_tol=1e-12) for c in cands for v in vals):
+            out.append(Unbound(text, value))
+    return out
+
+
+def resolve_givens(params: Any, givens: Mapping[str, Any]) -> Any:
+    """Params with every "$name" replaced by the claim's given value (what the verifier receives)."""
+    if isinstance(params, str) and (m := GIVEN_REF.match(params)):
+        if m.group(1) not in givens:
+            raise KeyError(m.group(1))
+        return givens[m.group(1)]
+    if isinstance(params, Mapping):
+        return {k: resolve_givens(v, givens) for k, v in params.items()}
+    if isinstance(params, list):
+        return [resolve_givens(v, givens) for v in params]
+    return params
