@@ -30,6 +30,7 @@ from kb.audit.run import audit  # noqa: E402
 from kb.config import load_config  # noqa: E402
 from kb.index.store import open_index  # noqa: E402
 from kb.records.integrity import validate  # noqa: E402
+from kb.verify.registry import load_verifiers  # noqa: E402
 
 MIRRORS = {"flash-attention": "/work/.mirror/Dao-AILab+flash-attention/repo", "fa-notes": "/work/.mirror/zyeric+fa-notes/repo"}
 BUDGET_S = 5.0
@@ -44,7 +45,8 @@ def corpus_copy() -> tuple[Path, list[str]]:
         shutil.copy(ROOT / "kb.local.toml", tmp / "kb.local.toml")
     dropped: list[str] = []
     for _ in range(5):
-        bad = sorted({p.path for p in validate(tmp).problems if p.path.startswith("claims/")})
+        bad = sorted({p.path for p in validate(tmp, load_verifiers(ROOT / "verifiers")).problems
+                  if p.path.startswith("claims/")})
         if not bad:
             break
         for rel in bad:

@@ -25,6 +25,7 @@ REG = load_verifiers(REPO / "verifiers")
     ("source.lines", {}, "cpu", "cited"),
     ("source.commit", {"value": {}}, "cpu", "cited"),
     ("math.online-softmax", {"max_abs_err": {}}, "cpu", "restated"),  # a built-in identity: cannot read the note
+    ("math.identity", {"max_abs_err": {}}, "cpu", "derived"),  # reads the statement's formula
     ("heuristic.num-splits", {"num_splits": {}}, "cpu", "restated"),
     ("arith.eval", {"value": {}}, "cpu", "restated"),
 ])

@@ -28,6 +28,27 @@ class Graph:
 
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     edges: list[tuple[str, str, str]] = field(default_factory=list)
+    _adj: dict[str, set[str]] | None = None
+    _out: dict[str, list[tuple[str, str, str]]] | None = None
+
+    def outgoing(self) -> dict[str, list[tuple[str, str, str]]]:
+        """Edges grouped by the claim they start from, in edge order, built once."""
+        if self._out is None:
+            out: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+            for e in self.edges:
+                out[e[0]].append(e)
+            self._out = out
+        return self._out
+
+    def adjacency(self) -> dict[str, set[str]]:
+        """Neighbours either way, built once (a site renders a neighbourhood per claim)."""
+        if self._adj is None:
+            adj: dict[str, set[str]] = defaultdict(set)
+            for a, b, _ in self.edges:
+                adj[a].add(b)
+                adj[b].add(a)
+            self._adj = adj
+        return self._adj
 
 
 def load_graph(db: sqlite_utils.Database) -> Graph:
@@ -54,10 +75,7 @@ def load_graph(db: sqlite_utils.Database) -> Graph:
 
 def neighbourhood(g: Graph, center: str, depth: int = 2) -> Graph:
     """`center` and everything within `depth` relation steps of it, either direction."""
-    adj: dict[str, set[str]] = defaultdict(set)
-    for a, b, _ in g.edges:
-        adj[a].add(b)
-        adj[b].add(a)
+    adj = g.adjacency()
     seen = {center: 0}
     queue = deque([center])
     while queue:
@@ -83,8 +101,9 @@ def by_note(g: Graph, note: str, connected_only: bool = True) -> Graph:
 
 
 def _sub(g: Graph, keep: set[str]) -> Graph:
+    by_source = g.outgoing()
     return Graph({n: g.nodes[n] for n in sorted(keep) if n in g.nodes},
-                 [e for e in g.edges if e[0] in keep and e[1] in keep])
+                 [e for n in sorted(keep) for e in by_source.get(n, ()) if e[1] in keep])
 
 
 def to_json(g: Graph) -> dict[str, Any]:

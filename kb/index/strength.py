@@ -6,8 +6,10 @@ is compared) and the run (the hardware it ran on), never typed by hand:
 - `measured`: a GPU experiment on real hardware;
 - `derived`: a value computed independently of the note's wording: the pinned
   code compiled or executed (`code.*`), the compiler's own output
-  (`toolchain.compile`), or an fp64 computation whose result is compared with
-  the statement's number (a tile count, an order dependence);
+  (`toolchain.compile`), an fp64 computation whose result is compared with
+  the statement's number (a tile count, an order dependence), or the
+  statement's own formula evaluated against an independent definition
+  (`math.identity`);
 - `cited`: the pinned text (or its git metadata) contains what is claimed;
 - `restated`: arithmetic whose inputs all come from the statement or from
   constants the KB typed (`arith.eval`), a hand re-statement of pinned code
@@ -40,6 +42,8 @@ def grade(spec: Any, expect: dict[str, Any], hardware_class: str) -> tuple[str, 
         return "derived", "the compiler's own output"
     if spec.kind == "source-check":
         return "cited", "the pinned text contains what is claimed"
+    if spec.id == "math.identity":
+        return "derived", "the statement's own formula evaluated in fp64 against an independent definition"
     if spec.id.startswith("math.") and set(expect) - _ERROR_BOUNDS:
         return "derived", "an fp64 computation compared with the statement's number"
     if spec.id.startswith("math."):
