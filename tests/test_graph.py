@@ -74,3 +74,42 @@ def test_graph_export_loads_in_networkx_with_the_same_edges(project: Path) -> No
     svg = kb_subprocess(project, "graph", "--format", "svg").stdout
     assert svg.startswith("<svg") and svg.count('class="node ') == 7 and 'href' not in svg.split("<defs>")[0]
     assert kb_subprocess(project, "graph", "no.such.claim").returncode == 2
+
+
+def test_a_check_can_take_its_input_from_a_claim_it_depends_on(project: Path) -> None:
+    """A change upstream re-runs what depends on it, in the same `kb verify`, with the new value."""
+
+    def write(base: int) -> None:
+        write_claims(project, "chain", [
+            claim("t.up", statement=f"The base value is {base}, stated for a test.",
+                  checks=[{"verifier": "arith.eval", "params": {"expr": f"{base} + 0"},
+                           "expect": {"value": {"equals": base}}}]),
+            claim("t.down", statement="Twice the base value is 8, stated for a test.", depends_on=["t.up"],
+                  givens={"x": "@t.up#value"},
+                  checks=[{"verifier": "arith.eval", "params": {"expr": "v * 2", "vars": {"v": "$x"}},
+                           "expect": {"value": {"equals": 8}}}]),
+        ])
+
+    write(4)
+    first = json.loads(kb_subprocess(project, "verify", "--json").stdout)
+    assert first["errors"] == [] and "t.down" not in first["refuted"]
+    run = json.loads(kb_subprocess(project, "show", "t.down", "--json").stdout)["runs"][0]
+    assert run["environment"]["inputs"] == {"x": 4}
+    again = json.loads(kb_subprocess(project, "verify", "--json").stdout)
+    assert again["ran"] == 0  # nothing changed upstream: cached
+    write(5)  # the premise changes; t.down's own text and check do not
+    after = json.loads(kb_subprocess(project, "verify", "--json").stdout)
+    assert "t.down" in after["refuted"]  # re-run with x = 5: 10, not 8
+    run = json.loads(kb_subprocess(project, "show", "t.down", "--json").stdout)["runs"][0]
+    assert run["environment"]["inputs"] == {"x": 5}
+
+
+def test_an_input_must_come_from_a_declared_dependency(project: Path, run_kb) -> None:
+    write_claims(project, "chain", [
+        claim("t.up", statement="The base value is 4, stated for a test."),
+        claim("t.down", statement="Twice the base value is 8, stated for a test.", givens={"x": "@t.up#value"},
+              checks=[{"verifier": "arith.eval", "params": {"expr": "v * 2", "vars": {"v": "$x"}},
+                       "expect": {"value": {"equals": 8}}}]),
+    ])
+    res = run_kb("validate")
+    assert res.exit_code == 2 and "takes an input from t.up, which is not in depends_on" in res.output

@@ -30,6 +30,15 @@ _SCALE = {None: [1.0], "KiB": [1024.0], "MiB": [1024.0**2], "GiB": [1024.0**3], 
           "MB": [1e6, 1024.0**2], "GB": [1e9, 1024.0**3], "K": [1e3, 1024.0], "M": [1e6, 1024.0**2],
           "%": [0.01, 1.0], "x": [1.0], "×": [1.0]}
 GIVEN_REF = re.compile(r"^\$([A-Za-z_]\w*)$")
+# A given may be an input from a claim this one depends on: "@<claim id>#<measurement>" is that
+# measurement of the claim's latest supporting run, resolved when the check is planned.
+UPSTREAM = re.compile(r"^@([a-z0-9][a-z0-9.-]*)#([A-Za-z_]\w*)$")
+
+
+def upstream_inputs(givens: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Given name -> (claim id, measurement) for every given that reads a dependency's result."""
+    return {name: (m.group(1), m.group(2)) for name, v in givens.items()
+            if isinstance(v, str) and (m := UPSTREAM.match(v))}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kb.records.binding import consumed_givens, resolve_givens, statement_numbers, unbound_numbers
+from kb.records.binding import (
+    consumed_givens,
+    resolve_givens,
+    statement_numbers,
+    unbound_numbers,
+    upstream_inputs,
+)
 from kb.records.loader import Corpus
 from kb.records.models import Claim
 from kb.records.yamlfile import Problem, line_of
@@ -78,8 +84,10 @@ def _check_problems(corpus: Corpus, claim: Claim, registry: Registry) -> list[Pr
         if spec is None:
             out.append(_claim_problem(corpus, claim, (*loc, "verifier"), f"unknown verifier {check.verifier!r}"))
             continue
+        # An input from a dependency is only known when the check is planned: validate with a stand-in number.
+        givens = {k: (1 if k in upstream_inputs(claim.givens) else v) for k, v in claim.givens.items()}
         try:
-            resolved = resolve_givens(check.params, claim.givens)
+            resolved = resolve_givens(check.params, givens)
         except KeyError as exc:
             out.append(_claim_problem(corpus, claim, (*loc, "params"), f"uses ${exc.args[0]}, which is not in givens"))
             continue
@@ -124,6 +132,10 @@ def _binding(corpus: Corpus, claim: Claim, constants: dict) -> list[Problem]:
     written = {t for t, _, _ in statement_numbers(claim.statement)}
     out += [_claim_problem(corpus, claim, ("labels",), f"label {lab!r} is not a number written in the statement")
             for lab in claim.labels if lab not in written]
+    for name, (dep, _) in upstream_inputs(claim.givens).items():
+        if dep not in claim.depends_on:
+            out.append(_claim_problem(corpus, claim, ("givens", name),
+                                      f"takes an input from {dep}, which is not in depends_on"))
     unused = sorted(set(claim.givens) - consumed_givens(claim.checks))
     if unused:
         out.append(_claim_problem(corpus, claim, ("givens",), f"given {unused[0]!r} is consumed by no check parameter"))

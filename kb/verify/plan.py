@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from kb.records.binding import upstream_inputs
 from kb.records.loader import Corpus
 from kb.records.models import Claim, Run
 from kb.verify.evidence import CPU_CLASS
@@ -27,6 +28,7 @@ class Task:
     spec: VerifierSpec
     hardware_class: str
     cached: Run | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)  # givens resolved from dependencies' results
 
     @property
     def key(self) -> str:
@@ -79,6 +81,19 @@ def _unmet(spec: VerifierSpec, claim: Claim, check_params: dict[str, Any], clone
     return None
 
 
+def resolve_upstream(claim: Claim, latest: dict[tuple[str, int, str], Run]) -> tuple[dict[str, Any], str | None]:
+    """Values of the claim's givens that read a dependency's measurement; or why one is not available yet."""
+    wanted = upstream_inputs(claim.givens)
+    out: dict[str, Any] = {}
+    for name, (dep, measure) in sorted(wanted.items()):
+        found = [r for (cid, _, _), r in latest.items()
+                 if cid == dep and r.verdict == "supports" and measure in r.measurements]
+        if not found:
+            return {}, f"needs {measure} from {dep}, which has no supporting run yet (verify it first)"
+        out[name] = max(found, key=lambda r: r.rank).measurements[measure].value
+    return out, None
+
+
 def make_plan(corpus: Corpus, claim_ids: list[str], registry: dict[str, VerifierSpec],
               latest: dict[tuple[str, int, str], Run], clones: dict[str, str], force: bool,
               kinds: set[str] | None = None) -> Plan:
@@ -96,12 +111,18 @@ def make_plan(corpus: Corpus, claim_ids: list[str], registry: dict[str, Verifier
                 plan.skipped.append((cid, i, spec.id, why))
                 continue
             hw = gclass if spec.is_gpu else CPU_CLASS
-            task = Task(claim, i, spec, hw)  # type: ignore[arg-type]
+            inputs, missing = resolve_upstream(claim, latest)
+            if missing:
+                plan.skipped.append((cid, i, spec.id, missing))
+                continue
+            task = Task(claim, i, spec, hw, inputs=inputs)  # type: ignore[arg-type]
             prev = latest.get((cid, i, hw))
             if (not force and prev is not None and prev.verdict in ("supports", "refutes", "inconclusive")
                     and prev.claim_hash == claim.content_hash() and prev.verifier_hash == spec.code_hash()
                     and prev.params == check.params
-                    and prev.environment.get("check_anchor") == claim.check_anchor(i)):
+                    and prev.environment.get("check_anchor") == claim.check_anchor(i)
+                    # An input taken from a dependency changed: what rests on it runs again.
+                    and prev.environment.get("inputs", {}) == inputs):
                 task.cached = prev
             plan.tasks.append(task)
     return plan

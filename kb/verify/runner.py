@@ -116,7 +116,7 @@ def _task_payload(t: Task, n: int, corpus: Corpus, clones: dict[str, str], hardw
                   verifiers_dir: Path | None) -> dict[str, Any]:
     check = t.claim.checks[t.index]
     return {
-        "task_id": n, "verifier": t.spec.id, "params": resolve_givens(check.params, t.claim.givens),
+        "task_id": n, "verifier": t.spec.id, "params": resolve_givens(check.params, {**t.claim.givens, **t.inputs}),
         "expect": {k: v.model_dump(by_alias=True, exclude_none=True) for k, v in check.expect.items()},
         "claim": t.claim.model_dump(mode="json", by_alias=True),
         "sources": {a.source: corpus.sources[a.source].model_dump(mode="json") for a in t.claim.anchors},
@@ -172,7 +172,8 @@ def execute(plan: Plan, corpus: Corpus, cfg: Config, clones: dict[str, str], job
                     measurements={k: Measurement(**m) for k, m in res.get("measurements", {}).items()},
                     hardware_class=t.hardware_class,
                     environment={**(res.get("environment") or base_env),
-                                 **({"check_anchor": a} if (a := t.claim.check_anchor(t.index)) else {})},
+                                 **({"check_anchor": a} if (a := t.claim.check_anchor(t.index)) else {}),
+                                 **({"inputs": t.inputs} if t.inputs else {})},
                     started=started, duration_s=res.get("duration_s", 0.0), log=res.get("log", ""),
                 )
                 with lock:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from kb.config import Config
 from kb.pinned.clones import clone_paths
+from kb.records.binding import upstream_inputs
 from kb.records.loader import Corpus
 from kb.records.models import Run
 from kb.verify.evidence import Journal, latest_runs, write_batch
@@ -145,6 +146,19 @@ def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (), gener
     previous = _install({signal.SIGTERM: on_term})
     try:
         execute(plan, corpus, cfg, clones, jobs, timeout, on_done, runs=result.new)
+        # Checks that take an input from a claim they depend on run again once that claim has new results,
+        # so a change upstream reaches what rests on it in the same session (a few rounds at most: no cycles).
+        for _ in range(3):
+            waiting = [cid for cid in selected if upstream_inputs(corpus.claims[cid].givens)]
+            if not waiting or not result.new:
+                break
+            again = make_plan(corpus, waiting, registry, latest_runs([*index.runs(), *result.new]), clones, force=False,
+                              kinds=kinds)
+            if not again.to_run:
+                break
+            plan.tasks = [t for t in plan.tasks if t.claim.id not in set(waiting)] + again.tasks
+            plan.skipped = [s for s in plan.skipped if s[0] not in set(waiting)] + again.skipped
+            execute(again, corpus, cfg, clones, jobs, timeout, on_done, runs=result.new)
     except KeyboardInterrupt:
         result.interrupted = True
         result.signal = caught.get("signal", signal.SIGINT)
