@@ -14,8 +14,17 @@ Expressions: numbers, the declared variables, + - * / ** @, unary minus,
 comparisons inside `where`, slices (`S[:, 0:64]`), `.T`, and the functions
 exp, log, sqrt, abs, max, min (elementwise), rowmax, rowsum, colsum, sum,
 softmax (row-wise), logsumexp (row-wise), diag, where, ones_like, zeros_like,
+set_rows(X, r, Y) and add_rows(X, r, Y) (X with rows r.. replaced by, or
+increased by, Y: a tile written back or accumulated into a larger buffer),
 grad(f, x, seed) (the vector-Jacobian product of expression `f` with respect
 to variable `x`, contracted with `seed`).
+
+Steps may be loops, for recurrences a statement gives per tile (the online
+softmax update, a tiled backward's accumulation): `{for: j, range: 4, do:
+[...]}` runs its steps for j = 0..3, and inside a loop a step may update a
+name it assigned before (`m = max(m, rowmax(S[:, j*8:(j+1)*8]))`). A loop
+that skips a tile, or an update with a wrong rescale, leaves a gap of order
+one against the dense definition.
 """
 
 from __future__ import annotations
@@ -23,9 +32,22 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from kb.registry import Context, Outcome, Params, verifier
+
+
+class Loop(Params):
+    """Steps repeated for a loop variable over range(n) (nested loops allowed)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    var: str = Field(alias="for", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    range: int = Field(ge=0, le=64)
+    do: list[str | Loop] = Field(min_length=1)
+
+
+Loop.model_rebuild()
 
 
 class IdentityParams(Params):
@@ -33,7 +55,7 @@ class IdentityParams(Params):
 
     vars: dict[str, list[int]] = Field(min_length=1)  # name -> shape ([] for a scalar)
     positive: list[str] = []  # variables drawn positive (sums, normalisers)
-    let: list[str] = []  # "name = expr" steps, in the statement's order
+    let: list[str | Loop] = []  # "name = expr" steps or loops of them, in the statement's order
     lhs: str  # the statement's result
     rhs: str  # an independent definition
     trials: int = Field(default=3, ge=1, le=20)
@@ -42,14 +64,22 @@ class IdentityParams(Params):
 
 
 _FUNCS = ("exp", "log", "sqrt", "abs", "max", "min", "rowmax", "rowsum", "colsum", "sum", "softmax", "logsumexp",
-          "diag", "where", "ones_like", "zeros_like", "grad")
+          "diag", "where", "ones_like", "zeros_like", "set_rows", "add_rows", "grad")
 
 
 def _functions(torch: Any, env: dict[str, Any]) -> dict[str, Any]:
     def grad(expr: Any, wrt: Any, seed: Any) -> Any:
         raise TypeError("grad takes an expression: use it as grad(<expr>, <variable>, <seed>)")
 
+    def rows(x: Any, start: Any, y: Any, add: bool) -> Any:
+        out, r = x.clone(), int(start)
+        if r < 0 or r + y.shape[0] > x.shape[0]:
+            raise RuntimeError(f"rows {r}..{r + y.shape[0]} do not fit in {x.shape[0]}")
+        out[r:r + y.shape[0]] = (out[r:r + y.shape[0]] + y) if add else y
+        return out
+
     return {
+        "set_rows": lambda x, r, y: rows(x, r, y, False), "add_rows": lambda x, r, y: rows(x, r, y, True),
         "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs,
         "max": torch.maximum, "min": torch.minimum,
         "rowmax": lambda x: x.max(dim=-1, keepdim=True).values, "rowsum": lambda x: x.sum(dim=-1, keepdim=True),
@@ -117,6 +147,25 @@ def _grad(node: ast.Call, env: dict[str, Any], funcs: dict[str, Any], torch: Any
     return g.detach()
 
 
+def _run(steps: list[str | Loop], env: dict[str, Any], funcs: dict[str, Any], torch: Any,
+         frozen: frozenset[str], in_loop: bool) -> None:
+    """Execute the statement's steps; outside a loop each step names something new."""
+    for step in steps:
+        if isinstance(step, Loop):
+            if step.var in env:
+                raise ValueError(f"loop variable {step.var!r} is already a name")
+            for value in range(step.range):
+                env[step.var] = value
+                _run(step.do, env, funcs, torch, frozen | {step.var}, in_loop=True)
+            env.pop(step.var, None)
+            continue
+        target, _, expr = step.partition("=")
+        target = target.strip()
+        if not target.isidentifier() or target in frozen or target in _FUNCS or (target in env and not in_loop):
+            raise ValueError(f"step {step!r} must assign a new name (updates are allowed inside a loop)")
+        env[target] = _eval(ast.parse(expr.strip(), mode="eval"), env, funcs, torch)
+
+
 @verifier("math.identity", kind="cpu-check", params=IdentityParams, timeout_s=60)
 def identity(p: IdentityParams, ctx: Context) -> Outcome:
     """Evaluate the statement's formula (let + lhs) and an independent definition (rhs) in fp64; report the gap."""
@@ -132,12 +181,7 @@ def identity(p: IdentityParams, ctx: Context) -> Outcome:
             env[name] = (x.abs() + 0.5) if name in p.positive else x * p.scale
         funcs = _functions(torch, env)
         try:  # the statement's side: a formula that does not even evaluate (shapes) is refuted, not an error
-            for step in p.let:
-                target, _, expr = step.partition("=")
-                target = target.strip()
-                if not target.isidentifier() or target in p.vars:
-                    raise ValueError(f"step {step!r} must assign a new name")
-                env[target] = _eval(ast.parse(expr.strip(), mode="eval"), env, funcs, torch)
+            _run(p.let, env, funcs, torch, frozenset(p.vars), in_loop=False)
             lhs = _eval(ast.parse(p.lhs, mode="eval"), env, funcs, torch)
         except RuntimeError as exc:
             return Outcome(measurements={"max_abs_err": (float("inf"), "")}, verdict="refutes",
