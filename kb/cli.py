@@ -84,52 +84,109 @@ def validate(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"ok: {len(corpus.claims)} claims, {len(corpus.sources)} sources", err=True)
 
 
-def _claim_rows(rows: list[dict[str, Any]], as_json: bool, nl: bool) -> None:
-    if as_json:
+_ROW_FIELDS = ("id", "generation", "status", "strength", "statement")
+
+
+def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None) -> None:
+    """Render claim rows as a table (stderr: the count), JSON, newline JSON, CSV or TSV."""
+    if fmt == "json":
         emit_json(rows)
-    elif nl:
+    elif fmt == "nl":
         import json
 
         for r in rows:
             click.echo(json.dumps(r))
+    elif fmt in ("csv", "tsv"):
+        import csv
+
+        flat = [{k: (",".join(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
+        fields = list(rows[0]) if rows else list(_ROW_FIELDS)
+        w = csv.DictWriter(sys.stdout, fieldnames=fields, dialect="excel-tab" if fmt == "tsv" else "excel",
+                           lineterminator="\n")
+        w.writeheader()
+        w.writerows(flat)
     else:
         click.echo(table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
                          ["id", "gen", "status", "strength", "statement"]))
         click.echo(f"{len(rows)} claim(s)", err=True)
+    if total is not None and total > len(rows):
+        # A cut listing says so, whatever the format (on stderr, so piped data stays clean).
+        click.echo(f"showing {len(rows)} of {total} matching claims; raise --limit to see more", err=True)
+
+
+def _formats(f):
+    """--json / --nl / --csv / --tsv on a listing command (one at most)."""
+    for flag, text in (("tsv", "Tab-separated values with a header row."), ("csv", "CSV with a header row."),
+                       ("nl", "Newline-delimited JSON."), ("json", "A JSON array.")):
+        f = click.option(f"--{flag}", f"fmt_{flag}", is_flag=True, help=text)(f)
+    return f
+
+
+def _fmt(ctx: click.Context, kwargs: dict[str, Any]) -> str:
+    chosen = [k[4:] for k in ("fmt_json", "fmt_nl", "fmt_csv", "fmt_tsv") if kwargs.pop(k, False)]
+    if len(chosen) > 1:
+        raise click.UsageError(f"choose one output format, not {' and '.join('--' + c for c in chosen)}", ctx=ctx)
+    return chosen[0] if chosen else "table"
+
+
+def _suggest(value: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value, known, n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _choice(values: tuple[str, ...]) -> click.Choice:
+    return click.Choice(values, case_sensitive=False)
 
 
 @cli.command()
-@click.option("--generation", "-g", type=click.Choice(GENERATIONS))
-@click.option("--topic", "-t", type=click.Choice(TOPICS))
-@click.option("--phase", type=click.Choice(PHASES))
-@click.option("--label", type=click.Choice(LABELS))
-@click.option("--status", type=click.Choice(STATUSES))
-@click.option("--source", help="Only claims anchored in this source id.")
-@click.option("--arch", help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
-@click.option("--rests-on", type=click.Choice(RESTS),
+@click.option("--generation", "-g", multiple=True, type=_choice(GENERATIONS),
+              help="Generation (any case; repeat for several).")
+@click.option("--topic", "-t", multiple=True, type=_choice(TOPICS), help="Topic (repeat for several).")
+@click.option("--phase", multiple=True, type=_choice(PHASES), help="Phase: forward, backward, ... (repeat for several).")
+@click.option("--label", multiple=True, type=_choice(LABELS), help="How the note knows it (repeat for several).")
+@click.option("--status", multiple=True, type=_choice(STATUSES), help="Derived status (repeat for several).")
+@click.option("--source", multiple=True, help="Only claims anchored in this source id (see `kb sources`).")
+@click.option("--arch", multiple=True, help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
+@click.option("--rests-on", multiple=True, type=_choice(RESTS),
               help="Only claims whose depends_on chain rests on a claim in this state (refuted: the blast radius).")
-@click.option("--strength", type=click.Choice(GRADES),
+@click.option("--strength", multiple=True, type=_choice(GRADES),
               help="Only claims whose verdict rests on evidence of this grade (measured, derived, cited, restated).")
-@click.option("--json", "as_json", is_flag=True, help="A JSON array.")
-@click.option("--nl", is_flag=True, help="Newline-delimited JSON.")
+@_formats
 @click.pass_context
-def claims(ctx: click.Context, as_json: bool, nl: bool, **filters: str | None) -> None:
-    """List claims, filtered by generation, topic, phase, label, status or source."""
-    from kb.index.query import list_claims
+def claims(ctx: click.Context, **filters: Any) -> None:
+    """List claims; filters combine with AND, repeated values of one filter with OR.
 
-    _claim_rows(list_claims(_index(ctx).db, **filters), as_json, nl)
+    Example: kb claims -g fa2 -g fa3 --status refuted --csv
+    """
+    from kb.index.query import list_claims, source_ids
+
+    fmt = _fmt(ctx, filters)
+    db = _index(ctx).db
+    known = source_ids(db)
+    for src in filters["source"]:
+        if src not in known:
+            raise BadInput(f"--source {src!r}: no such source{_suggest(src, known)}; `kb sources` lists them")
+    _claim_rows(list_claims(db, **filters), fmt)
 
 
 @cli.command()
 @click.argument("text")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000), help="At most this many results.")
-@click.option("--json", "as_json", is_flag=True)
+@_formats
 @click.pass_context
-def search(ctx: click.Context, text: str, limit: int, as_json: bool) -> None:
-    """Full-text search over claim statements."""
-    from kb.index.query import search as run_search
+def search(ctx: click.Context, text: str, limit: int, **kwargs: Any) -> None:
+    """Full-text search over claim ids, statements and review reasons, best match first.
 
-    _claim_rows(run_search(_index(ctx).db, text, limit), as_json, False)
+    Example: kb search "dq_accum atomicAdd" --limit 10
+    """
+    from kb.index.query import search as run_search
+    from kb.index.query import search_count
+
+    fmt = _fmt(ctx, kwargs)
+    db = _index(ctx).db
+    _claim_rows(run_search(db, text, limit), fmt, total=search_count(db, text))
 
 
 @cli.command()
@@ -142,7 +199,10 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
 
     rec = get_claim(_index(ctx).db, claim_id)
     if rec is None:
-        raise BadInput(f"no claim with id {claim_id!r} (try `kb search`)")
+        from kb.index.query import claim_ids
+
+        hint = _suggest(claim_id, claim_ids(_index(ctx).db))
+        raise BadInput(f"no claim with id {claim_id!r}{hint or ' (try `kb search`)'}")
     if as_json:
         emit_json(rec)
         return
@@ -504,7 +564,10 @@ def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None
     g = load_graph(_index(ctx).db)
     if claim_id is not None:
         if claim_id not in g.nodes:
-            raise BadInput(f"no claim with id {claim_id!r} (try `kb search`)")
+            from kb.index.query import claim_ids
+
+            hint = _suggest(claim_id, claim_ids(_index(ctx).db))
+            raise BadInput(f"no claim with id {claim_id!r}{hint or ' (try `kb search`)'}")
         g = neighbourhood(g, claim_id, depth)
     elif note:
         path = note if note.startswith("docs/") else f"docs/notes/{note.removesuffix('.md')}.md"

@@ -10,15 +10,19 @@ from typing import Any
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], wrap_last: bool = True) -> str:
-    """A plain text table; the last column is cut to the terminal width."""
+    """A plain text table; on a terminal the last column is cut to its width, when piped nothing is cut."""
     cells = [[("" if c is None else str(c)) for c in r] for r in rows]
+    piped = not sys.stdout.isatty()
     widths = [len(h) for h in headers]
     for r in cells:
         for i, c in enumerate(r[:-1] if wrap_last else r):
-            widths[i] = min(max(widths[i], len(c)), 48)
+            widths[i] = max(widths[i], len(c)) if piped else min(max(widths[i], len(c)), 48)
     term = shutil.get_terminal_size((120, 24)).columns
     lead = sum(w + 2 for w in widths[:-1])
-    last = max(20, term - lead) if wrap_last else widths[-1]
+    if piped:  # piped or redirected: keep every character for the reader downstream
+        last = max((len(r[-1]) for r in cells), default=0) or 1
+    else:
+        last = max(20, term - lead) if wrap_last else widths[-1]
 
     def fmt(r: Sequence[str]) -> str:
         parts = [c[: widths[i]].ljust(widths[i]) for i, c in enumerate(r[:-1])]

@@ -1155,7 +1155,7 @@ def _cli_family(rng: random.Random) -> _Family:
         add(f"graph {cid!r}", ("graph", cid))
     add("graph --note nosuch", ("graph", "--note", "nosuch"))
     add("graph --note ../../etc/passwd", ("graph", "--note", "../../etc/passwd"))
-    for opt, val in [("-g", "bogus"), ("-g", ""), ("-g", "fa2"), ("--topic", "bogus"), ("--status", "bogus"),
+    for opt, val in [("-g", "bogus"), ("-g", ""), ("--topic", "bogus"), ("--status", "bogus"),
                      ("--phase", "sideways"), ("--label", "rumour"), ("--rests-on", "bogus"), ("--strength", "bogus")]:
         add(f"claims {opt} {val!r}", ("claims", opt, val))
     for opt, val in [("-g", "FA9"), ("--kind", "bogus"), ("--topic", "")]:

@@ -21,42 +21,77 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_claims(db: sqlite_utils.Database, generation: str | None = None, topic: str | None = None,
-                phase: str | None = None, label: str | None = None, status: str | None = None,
-                source: str | None = None, arch: str | None = None,
-                strength: str | None = None, rests_on: str | None = None) -> list[dict[str, Any]]:
-    """Claims matching every given filter, ordered by id (`arch` matches within the scope's arch text)."""
-    where, args = [], []
-    if arch:
-        where.append("c.arch LIKE ?")
-        args.append(f"%{arch}%")
+Filter = str | list[str] | tuple[str, ...] | None
+
+
+def _values(v: Filter) -> list[str]:
+    """A filter's values: one string, or several (any of them matches)."""
+    if not v:
+        return []
+    return [v] if isinstance(v, str) else [x for x in v if x]
+
+
+def list_claims(db: sqlite_utils.Database, generation: Filter = None, topic: Filter = None,
+                phase: Filter = None, label: Filter = None, status: Filter = None,
+                source: Filter = None, arch: Filter = None,
+                strength: Filter = None, rests_on: Filter = None) -> list[dict[str, Any]]:
+    """Claims matching every given filter, ordered by id.
+
+    A filter with several values matches any of them (repeated options combine);
+    `arch` matches within the scope's arch text.
+    """
+    where: list[str] = []
+    args: list[str] = []
+
+    def any_of(template: str, vals: list[str]) -> None:
+        if vals:
+            where.append("(" + " OR ".join(template for _ in vals) + ")")
+            args.extend(vals)
+
+    any_of("c.arch LIKE ?", [f"%{a}%" for a in _values(arch)])
     for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status),
                      ("s.strength", strength), ("s.rests_on", rests_on)):
-        if val:
-            where.append(f"{col} = ?")
-            args.append(val)
-    if topic:
-        where.append("c.id IN (SELECT claim_id FROM claim_topics WHERE topic = ?)")
-        args.append(topic)
-    if source:
-        where.append("c.id IN (SELECT claim_id FROM anchors WHERE source = ?)")
-        args.append(source)
+        any_of(f"{col} = ?", _values(val))
+    any_of("c.id IN (SELECT claim_id FROM claim_topics WHERE topic = ?)", _values(topic))
+    any_of("c.id IN (SELECT claim_id FROM anchors WHERE source = ?)", _values(source))
     sql = (f"SELECT {CLAIM_COLUMNS} FROM claims c LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'"
            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id")
     return [_row(r) for r in db.query(sql, args)]
 
 
+def _match(text: str) -> str | None:
+    """An FTS5 query for the words of `text`, each quoted so '-', ':' and '.' in user input are literal."""
+    terms = [t for t in re.findall(r"[\w.-]+", text) if t]
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
+
+
 def search(db: sqlite_utils.Database, text: str, limit: int = 50) -> list[dict[str, Any]]:
     """Full-text search over id, statement and review reason (FTS5, porter stemming)."""
-    terms = [t for t in re.findall(r"[\w.-]+", text) if t]
-    if not terms:
+    match = _match(text)
+    if match is None:
         return []
-    # Quote each term so FTS syntax characters in user input ('-', ':', '.') are literal.
-    match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
     sql = (f"SELECT {CLAIM_COLUMNS} FROM claims_fts f JOIN claims c ON c.rowid = f.rowid "
            "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*' "
            "WHERE claims_fts MATCH ? ORDER BY bm25(claims_fts) LIMIT ?")
     return [_row(r) for r in db.query(sql, [match, limit])]
+
+
+def search_count(db: sqlite_utils.Database, text: str) -> int:
+    """How many claims `search` would find with no limit."""
+    match = _match(text)
+    if match is None:
+        return 0
+    return next(iter(db.query("SELECT count(*) AS n FROM claims_fts WHERE claims_fts MATCH ?", [match])))["n"]
+
+
+def claim_ids(db: sqlite_utils.Database) -> list[str]:
+    """Every claim id (for suggestions)."""
+    return [r["id"] for r in db.query("SELECT id FROM claims ORDER BY id")]
+
+
+def source_ids(db: sqlite_utils.Database) -> list[str]:
+    """Every registered source id (for validating filters)."""
+    return [r["id"] for r in db.query("SELECT id FROM sources ORDER BY id")]
 
 
 def get_claim(db: sqlite_utils.Database, claim_id: str) -> dict[str, Any] | None:

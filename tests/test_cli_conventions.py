@@ -1,0 +1,68 @@
+"""CLI conventions on listings: filters that combine, exact errors with suggestions, formats for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from tests.conftest import claim, kb_subprocess, write_claims
+
+
+def _corpus(project: Path) -> None:
+    write_claims(project, "more", [
+        claim("test.fa2.one", generation="FA2", topics=["memory"], statement="An FA2 fact, with a, comma; for CSV."),
+        claim("test.fa3.one", generation="FA3", topics=["atomics"]),
+        claim("test.fa4.long", generation="FA4", statement="A long statement " + "x" * 300 + " END"),
+    ])
+
+
+def _ids(out: str) -> set[str]:
+    return {json.loads(line)["id"] for line in out.splitlines()}
+
+
+def test_filters_combine_and_accept_any_case(project: Path) -> None:
+    _corpus(project)
+    r = kb_subprocess(project, "claims", "-g", "fa2", "-g", "FA3", "--nl")
+    assert r.returncode == 0, r.stderr
+    assert _ids(r.stdout) == {"test.fa2.one", "test.fa3.one"}  # OR within one filter, any case
+    r = kb_subprocess(project, "claims", "-g", "fa2", "-g", "fa3", "-t", "atomics", "--nl")
+    assert _ids(r.stdout) == {"test.fa3.one"}  # AND across filters
+    r = kb_subprocess(project, "claims", "-t", "memory", "-t", "atomics", "--nl")
+    assert _ids(r.stdout) == {"test.fa2.one", "test.fa3.one"}
+
+
+def test_unknown_values_are_errors_with_a_suggestion(project: Path) -> None:
+    _corpus(project)
+    r = kb_subprocess(project, "claims", "--source", "fa-note")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "no such source" in r.stderr and "did you mean fa-notes" in r.stderr
+    r = kb_subprocess(project, "claims", "-g", "fa9")
+    assert r.returncode == 2 and "fa9" in r.stderr
+    r = kb_subprocess(project, "show", "test.fa2.on")
+    assert r.returncode == 2 and "did you mean test.fa2.one" in r.stderr
+    r = kb_subprocess(project, "claims", "--json", "--tsv")
+    assert r.returncode == 2 and "one output format" in r.stderr
+
+
+def test_csv_tsv_and_full_width_when_piped(project: Path) -> None:
+    _corpus(project)
+    rows = list(csv.DictReader(io.StringIO(kb_subprocess(project, "claims", "--csv").stdout)))
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["test.fa2.one"]["statement"] == "An FA2 fact, with a, comma; for CSV."  # quoted, not split
+    assert by_id["test.fa2.one"]["topics"] == "memory"
+    tsv = list(csv.DictReader(io.StringIO(kb_subprocess(project, "claims", "--tsv").stdout), dialect="excel-tab"))
+    assert {r["id"] for r in tsv} == set(by_id)
+    table = kb_subprocess(project, "claims", "-g", "fa4").stdout  # stdout is a pipe here
+    assert "END" in table and "…" not in table  # nothing cut when piped
+
+
+def test_a_cut_search_says_so(project: Path) -> None:
+    _corpus(project)
+    full = kb_subprocess(project, "search", "two plus", "--nl")
+    n = len(full.stdout.splitlines())
+    assert n >= 3 and "showing" not in full.stderr  # nothing cut, nothing said
+    r = kb_subprocess(project, "search", "two plus", "--limit", "1", "--nl")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1
+    assert f"showing 1 of {n} matching claims" in r.stderr
