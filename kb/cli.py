@@ -423,6 +423,10 @@ def _render_verify(result: Any, as_json: bool) -> None:
     verdicts = summary["verdicts"]
     click.echo(f"ran {summary['ran']}, cached {summary['cached']}, skipped {summary['skipped']}; "
                + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + f"; {result.seconds:.1f} s", err=True)
+    for origin in summary["cached_from"]:
+        span = origin["first"] if origin["first"] == origin["last"] else f"{origin['first']}..{origin['last']}"
+        click.echo(f"reused {origin['runs']} result(s) recorded earlier on {origin['hardware_class']} ({span}); "
+                   "`kb verify --force` runs them here", err=True)
     for cid in summary["refuted"]:
         click.echo(f"refuted: {cid}", err=True)
     for why, n in Counter(w for *_, w in result.plan.skipped).most_common(5):

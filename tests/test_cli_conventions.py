@@ -66,3 +66,14 @@ def test_a_cut_search_says_so(project: Path) -> None:
     r = kb_subprocess(project, "search", "two plus", "--limit", "1", "--nl")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 1
     assert f"showing 1 of {n} matching claims" in r.stderr
+
+
+def test_verify_says_which_results_it_reused(project: Path) -> None:
+    """A second run (or a fresh clone with committed evidence) says it reused results and where they came from."""
+    first = json.loads(kb_subprocess(project, "verify", "--json").stdout)
+    assert first["ran"] >= 2 and first["cached_from"] == []
+    again = kb_subprocess(project, "verify")
+    assert f"ran 0, cached {first['ran']}" in again.stderr
+    assert f"reused {first['ran']} result(s) recorded earlier on cpu (" in again.stderr
+    info = json.loads(kb_subprocess(project, "verify", "--json").stdout)["cached_from"]
+    assert [(o["hardware_class"], o["runs"]) for o in info] == [("cpu", first["ran"])]

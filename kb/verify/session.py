@@ -88,7 +88,20 @@ class VerifyResult:
             "errors": [{"check": f"{r.claim_id}#{r.check_index}", "reason": r.reason}
                        for r in all_runs if r.verdict == "error"],
             "skips": [{"check": f"{c}#{i}", "verifier": v, "why": w} for c, i, v, w in self.plan.skipped],
+            "cached_from": self.cached_from(),
         }
+
+    def cached_from(self) -> list[dict[str, Any]]:
+        """Where reused results were recorded: per hardware class, how many and the dates they span.
+
+        On a fresh clone every result can be reused from committed evidence made
+        on other machines; saying so keeps "verified" from reading as "ran here".
+        """
+        groups: dict[str, list[str]] = {}
+        for r in self.cached:
+            groups.setdefault(r.hardware_class, []).append(r.started)
+        return [{"hardware_class": hc, "runs": len(ds), "first": min(ds)[:10], "last": max(ds)[:10]}
+                for hc, ds in sorted(groups.items())]
 
     @property
     def exit_code(self) -> int:
