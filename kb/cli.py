@@ -503,15 +503,20 @@ def export_site(ctx: click.Context, output: Path) -> None:
 
 
 @export.command("prov")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file, not stdout.")
+@click.option("--base", envvar="KB_PROV_BASE", default="urn:kb:", show_default=True,
+              help="IRI the identifiers live under, e.g. the published site's URL.")
 @click.pass_context
-def export_prov(ctx: click.Context, output: Path | None) -> None:
-    """The provenance graph as W3C PROV-JSON."""
+def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
+    """The provenance graph as W3C PROV-JSON.
+
+    Example: kb export prov --base https://example.org/kb/ -o prov.json
+    """
     import json
 
     from kb.export.prov import prov_document
 
-    doc = prov_document(_index(ctx).db)
+    doc = prov_document(_index(ctx).db, base)
     text = json.dumps(doc, indent=1, sort_keys=True)
     if output:
         _write_text(output, text + "\n")

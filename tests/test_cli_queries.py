@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, claim, write_claims
 
 
 def test_claims_json_shape_and_filters(run_kb) -> None:
@@ -90,3 +90,20 @@ def test_arch_filter(project: Path, run_kb) -> None:
     write_claims(project, "arch", [claim("test.arch.hopper", scope={"arch": "sm_90 (H200)"})])
     rows = json.loads(run_kb("claims", "--arch", "sm_90", "--json").output)
     assert [r["id"] for r in rows] == ["test.arch.hopper"]
+
+
+def test_prov_relations_resolve_and_namespaces_are_real(run_kb, project: Path) -> None:
+    """Every used/associated id is declared; runs of removed claims are left out; the base IRI is the publisher's."""
+    run_kb("verify")
+    write_claims(project, "good", [claim("test.arith.four")])  # two claims with runs removed
+    doc = json.loads(run_kb("export", "prov", "--base", "https://example.org/kb/").output)
+    assert doc["prefix"]["kb"] == "https://example.org/kb/claim/"
+    assert not any("github.com/kb" in v for v in doc["prefix"].values())
+    declared = set(doc["entity"]) | set(doc["activity"]) | set(doc["agent"])
+    for rel in ("used", "wasAssociatedWith", "wasGeneratedBy", "wasDerivedFrom"):
+        for r in doc[rel].values():
+            for key in ("prov:entity", "prov:activity", "prov:agent", "prov:usedEntity"):
+                if key in r:
+                    assert r[key] in declared, (rel, r)
+    assert {u["prov:entity"] for u in doc["used"].values()} == {"kb:test.arith.four"}
+    assert all(" " not in a for a in doc["agent"])

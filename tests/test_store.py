@@ -24,7 +24,7 @@ def test_old_database_upgrades_itself(project: Path) -> None:
     assert "arch" in db["claims"].columns_dict
     applied = [r["name"] for r in db.query("SELECT name FROM _sqlite_migrations ORDER BY applied_at")]
     assert applied == ["m001_initial", "m002_status_and_search", "m003_scope_columns", "m004_status_strength",
-                       "m005_status_upstream", "m006_relations_and_rests", "m007_run_recorded"]
+                       "m005_status_upstream", "m006_relations_and_rests", "m007_run_recorded", "m008_foreign_keys"]
     assert "strength" in db["status"].columns_dict
     assert migrations.pending(db) == []
 
@@ -51,3 +51,16 @@ def test_fts_search_finds_and_escapes(project: Path, run_kb) -> None:
     assert [r["id"] for r in rows] == ["test.arith.wrong"]
     # FTS syntax in user input is taken literally, not as a query error.
     assert run_kb("search", 'NEAR("x" -', "--json").exit_code == 0
+
+
+def test_rows_declare_their_claim_for_datasette(project: Path, run_kb) -> None:
+    """status, runs, checks and anchors name their claim as a foreign key (declared, not enforced)."""
+    run_kb("verify")
+    db = sqlite_utils.Database(project / ".kb" / "kb.db")
+    for table in ("status", "runs", "checks", "anchors", "claim_topics", "claim_edges"):
+        fks = {(fk.column, fk.other_table, fk.other_column) for fk in db[table].foreign_keys}
+        assert ("claim_id", "claims", "id") in fks, table
+    assert ("source", "sources", "id") in {(f.column, f.other_table, f.other_column) for f in db["anchors"].foreign_keys}
+    # Evidence of a claim removed later stays readable: the keys are not enforced.
+    assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] > 0

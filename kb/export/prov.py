@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-import json
+import re
 from typing import Any
 
 import sqlite_utils
 
+DEFAULT_BASE = "urn:kb:"  # no invented web address: a URN unless the publisher gives its own base
 
-def prov_document(db: sqlite_utils.Database) -> dict[str, Any]:
-    """A PROV-JSON document: claim/source entities, run activities, verifier and host agents."""
+
+def prov_document(db: sqlite_utils.Database, base: str = DEFAULT_BASE) -> dict[str, Any]:
+    """A PROV-JSON document: claim/source entities, run activities, verifier and machine agents.
+
+    `base` is the IRI the identifiers live under (e.g. the published site's URL);
+    only runs of claims that still exist are included, so every relation resolves.
+    """
+    sep = "" if base.endswith(("/", "#", ":")) else "/"
     doc: dict[str, Any] = {
-        "prefix": {"kb": "https://github.com/kb/claims#", "src": "https://github.com/kb/sources#",
-                   "run": "https://github.com/kb/runs#", "ver": "https://github.com/kb/verifiers#"},
+        "prefix": {k: f"{base}{sep}{part}{'/' if base.startswith('http') else ':'}"
+                   for k, part in (("kb", "claim"), ("src", "source"), ("run", "run"), ("ver", "verifier"))},
         "entity": {}, "activity": {}, "agent": {}, "wasDerivedFrom": {}, "used": {},
         "wasGeneratedBy": {}, "wasAssociatedWith": {},
     }
     for s in db.query("SELECT id, kind, title FROM sources"):
         doc["entity"][f"src:{s['id']}"] = {"prov:type": f"kb:{s['kind']}", "prov:label": s["title"] or s["id"]}
     n = 0
-    for a in db.query("SELECT claim_id, idx, source, sha, path FROM anchors"):
+    for a in db.query("SELECT claim_id, idx, source, sha, path FROM anchors ORDER BY claim_id, idx"):
         n += 1
         attrs = {"prov:entity": f"kb:{a['claim_id']}", "prov:usedEntity": f"src:{a['source']}"}
         if a["sha"]:
@@ -33,16 +40,19 @@ def prov_document(db: sqlite_utils.Database) -> dict[str, Any]:
         if c["strength"]:
             ent["kb:evidenceStrength"] = c["strength"]  # kb/index/strength.py: measured, derived, cited, restated
         doc["entity"][f"kb:{c['id']}"] = ent
-    for r in db.query("SELECT run_id, claim_id, verifier, verdict, hardware_class, started, json FROM runs"):
+    runs = ("SELECT r.run_id, r.claim_id, r.verifier, r.verdict, r.hardware_class, r.started FROM runs r "
+            "JOIN claims c ON c.id = r.claim_id ORDER BY r.run_id")
+    for r in db.query(runs):
         rid = f"run:{r['run_id']}"
         doc["activity"][rid] = {"prov:startTime": r["started"], "kb:verdict": r["verdict"],
                                 "kb:hardwareClass": r["hardware_class"]}
         doc["agent"][f"ver:{r['verifier']}"] = {"prov:type": "prov:SoftwareAgent"}
-        host = json.loads(r["json"]).get("environment", {}).get("host", "unknown")
-        doc["agent"][f"kb:host-{host}"] = {"prov:type": "kb:machine"}
+        # Runs record the machine's hardware class (no host names): that is the machine agent.
+        machine = "kb:machine-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", r["hardware_class"])
+        doc["agent"][machine] = {"prov:type": "kb:machine", "kb:hardwareClass": r["hardware_class"]}
         doc["used"][f"_:u{r['run_id']}"] = {"prov:activity": rid, "prov:entity": f"kb:{r['claim_id']}"}
         doc["wasAssociatedWith"][f"_:a{r['run_id']}"] = {"prov:activity": rid, "prov:agent": f"ver:{r['verifier']}"}
-        doc["wasAssociatedWith"][f"_:h{r['run_id']}"] = {"prov:activity": rid, "prov:agent": f"kb:host-{host}"}
+        doc["wasAssociatedWith"][f"_:h{r['run_id']}"] = {"prov:activity": rid, "prov:agent": machine}
         doc["entity"][f"kb:evidence-{r['run_id']}"] = {"prov:type": "kb:evidence"}
         doc["wasGeneratedBy"][f"_:g{r['run_id']}"] = {"prov:entity": f"kb:evidence-{r['run_id']}", "prov:activity": rid}
     return doc

@@ -104,6 +104,18 @@ def m007_run_recorded(db: sqlite_utils.Database) -> None:
     db["runs"].add_column("recorded", str)
 
 
+@migrations()
+def m008_foreign_keys(db: sqlite_utils.Database) -> None:
+    """Declare what each row belongs to, so Datasette links status, runs, checks and anchors to their claim.
+
+    Declared, not enforced (SQLite's foreign_keys pragma stays off): evidence of a
+    claim that was since removed is history, kept and still readable.
+    """
+    db.add_foreign_keys([(t, "claim_id", "claims", "id")
+                         for t in ("status", "runs", "checks", "anchors", "claim_topics", "claim_edges")]
+                        + [("anchors", "source", "sources", "id"), ("claim_edges", "target", "claims", "id")])
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 
