@@ -189,7 +189,15 @@ def test_ctrl_c_keeps_finished_runs_and_a_consistent_index(project: Path) -> Non
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     proc = subprocess.Popen([sys.executable, "-m", "kb", "verify", "--jobs", "1", "--timeout", "60"],
                             env=env, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(6)  # the two arithmetic checks finish in well under a second; the slow one is then running
+    # Interrupt once the two arithmetic runs are journaled (the slow one is then running), not after a fixed
+    # sleep: on a loaded machine start-up alone can outlast any fixed delay.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        journaled = sum(len(f.read_text().splitlines()) for f in project.rglob(".inflight-*.jsonl"))
+        if journaled >= 2:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -33,9 +33,18 @@ class Section:
 
 
 def slugify(title: str) -> str:
-    """GitHub's heading slug: lower case, punctuation dropped, spaces to '-'."""
-    text = re.sub(r"[`*_]", "", title.strip().lower())
-    text = re.sub(r"[^\w\- ]", "", text, flags=re.UNICODE)
+    """GitHub's heading slug: lower case, punctuation dropped, spaces to '-'.
+
+    The slug is taken from the rendered heading: code spans keep their text
+    (`dq_accum` keeps its underscore), emphasis markers (`*x*`, `_x_`) go.
+    """
+    parts = re.split(r"(`[^`]*`)", title.strip().lower())
+    rendered = "".join(
+        part[1:-1] if part.startswith("`") and part.endswith("`") and len(part) > 1
+        else re.sub(r"(?<![^\W_])_+|_+(?![^\W_])", "", part.replace("*", ""))
+        for part in parts
+    )
+    text = re.sub(r"[^\w\- ]", "", rendered, flags=re.UNICODE)
     return text.replace(" ", "-")
 
 
