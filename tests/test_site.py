@@ -282,3 +282,32 @@ def test_dashboard_shows_changes_since_previous_export(site: Path) -> None:
     assert "1 new claim(s), 0 removed, 1 status change(s)" in index
     assert 'href="claims/t.fa2.fwd-new-claim.html"' in index
     assert 'href="claims/t.fa2.fwd-repeatable.html"' in index
+
+
+def test_dashboard_names_its_commit_and_groups_waiting_claims(project: Path, tmp_path: Path) -> None:
+    """The dashboard says which commit it was exported from; waiting claims are grouped by the hardware they need."""
+    from kb.export.site.data import pending_hardware
+    from tests.conftest import git
+
+    cfg = load_config(project)
+    out = tmp_path / "site"
+    build_site(open_index(cfg).db, cfg, out)
+    assert "Exported outside a git checkout" in (out / "index.html").read_text()
+    git(project, "init", "-q")
+    git(project, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    git(project, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "corpus")
+    sha = git(project, "rev-parse", "HEAD")
+    build_site(open_index(cfg).db, cfg, out)
+    assert f"Exported from commit <code>{sha[:12]}</code>" in (out / "index.html").read_text()
+
+    def waiting(reason: str) -> dict:
+        return {"overall": {"status": "needs-hardware", "reason": reason}}
+
+    groups = pending_hardware([
+        waiting("check 0 (gpu.profile) needs CUDA sm_80"), waiting("needs sm_80: time FA2 against FA1"),
+        waiting("needs sm_90a running hopper/"), waiting("needs sm_80 or sm_90: compare bits"),
+        waiting("Rubin hardware (none available)"), {"overall": {"status": "verified", "reason": ""}},
+    ])
+    assert [(g, n) for g, n, _ in groups] == [("Ampere (sm_80, A100)", 2), ("Hopper (sm_90, H100/H200)", 1),
+                                              ("Rubin (not yet available)", 1), ("any of Ampere, Hopper", 1)]
+    assert dict(groups[0][2]) == {"CUDA sm_80": 1, "sm_80": 1}

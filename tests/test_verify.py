@@ -347,3 +347,13 @@ def test_verify_leaves_the_fingerprint_when_other_inputs_changed_mid_run(project
     assert len(runs) == 1
     assert fp != input_fingerprint(project)  # left stale: the next command rebuilds and sees test.late.added
     assert open_index(cfg).rebuilt
+
+
+def test_in_process_verify_gives_ctrl_c_back(run_kb) -> None:
+    """A library or CliRunner caller keeps its SIGINT handler: the write phase's SIG_IGN does not leak."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    run_kb("verify")
+    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN

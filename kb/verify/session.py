@@ -156,7 +156,10 @@ def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (), gener
         caught["signal"] = signum
         raise KeyboardInterrupt  # SIGTERM stops the run the way Ctrl-C does
 
-    previous = _install({signal.SIGTERM: on_term})
+    # Remember SIGINT's handler too: the write phase below ignores it, and a library caller (or a test
+    # process) must get its Ctrl-C back afterwards, not inherit SIG_IGN (children would inherit it as well).
+    sigint = signal.getsignal(signal.SIGINT)
+    previous = {**({signal.SIGINT: sigint} if sigint is not None else {}), **_install({signal.SIGTERM: on_term})}
     try:
         execute(plan, corpus, cfg, clones, jobs, timeout, on_done, runs=result.new)
         # Checks that take an input from a claim they depend on run again once that claim has new results,

@@ -201,6 +201,28 @@ def _remove_stale_pages(folder: Path, keep: set[str]) -> None:
             f.unlink()
 
 
+def corpus_revision(root: Path) -> dict[str, Any] | None:
+    """The commit the claim files were exported from (its date, and whether the tree had edits), if a git checkout.
+
+    The commit's own date, not the clock: two exports of one commit stay byte-identical.
+    """
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            res = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return res.stdout.strip() if res.returncode == 0 else None
+
+    head = git("log", "-1", "--format=%H %cI")
+    if not head:
+        return None
+    sha, _, date = head.partition(" ")
+    dirty = bool(git("status", "--porcelain", "--", "claims", "sources", "evidence"))
+    return {"sha": sha, "date": date[:10], "dirty": dirty}
+
+
 def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
     """Write the static site for the index `db` into `out`; return the number of HTML pages written."""
     data = load_site(db)
@@ -215,7 +237,8 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
 
     topics = sorted({t for c in data.claims for t in c["topics"]}, key=lambda t: TOPICS.index(t) if t in TOPICS else 999)
     pages = {
-        "index.html": ("index.html", {**_dashboard_context(data), "changes": changes}),
+        "index.html": ("index.html", {**_dashboard_context(data), "changes": changes,
+                                      "revision": corpus_revision(cfg.root)}),
         "claims.html": ("claims.html", {"claims": data.claims, "topics": topics, "classes": data.classes,
                                         "sources": sorted(data.sources)}),
         "matrix.html": ("matrix.html", {"claims": [c for c in data.claims if c.get("checks")], "classes": data.classes}),

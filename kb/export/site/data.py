@@ -9,6 +9,7 @@ https:// URL (or a relative link built here) ever becomes an href.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -237,13 +238,42 @@ def hardware_summary(data: SiteData) -> list[tuple[str, Counter[str]]]:
     return list(rows.items())
 
 
-def pending_hardware(claims: Iterable[dict[str, Any]]) -> list[tuple[str, int]]:
-    """Requirement text ('CUDA sm_100..sm_103, package flash_attn') -> claims waiting for it."""
-    need: Counter[str] = Counter()
+_FAMILIES = (("sm_80", "Ampere (sm_80, A100)"), ("sm_90", "Hopper (sm_90, H100/H200)"),
+             ("sm_10", "Blackwell (sm_100, B200)"))
+
+
+def _requirement(reason: str) -> str:
+    """The requirement part of a needs-hardware reason, without the recipe that follows it."""
+    text = reason.partition(" needs ")[2] or reason
+    text = text.removeprefix("needs ").strip()
+    return re.split(r":|;| to | for ", text, maxsplit=1)[0].strip() or text
+
+
+def _family(requirement: str) -> str:
+    """The hardware a requirement asks for, as one group: one architecture, several, any GPU, or Rubin."""
+    low = requirement.lower()
+    if "rubin" in low:
+        return "Rubin (not yet available)"
+    arch = set(re.findall(r"sm_(\d+)", low))
+    arch |= {"90"} if re.search(r"\bh1?[02]0\b|h100|h200", low) else set()
+    arch |= {"100"} if "b200" in low else set()
+    names = [name for prefix, name in _FAMILIES if any(f"sm_{a}".startswith(prefix) for a in arch)]
+    if len(names) == 1:
+        return names[0]
+    if names:
+        return "any of " + ", ".join(n.split(" (")[0] for n in names)
+    return "any CUDA GPU"
+
+
+def pending_hardware(claims: Iterable[dict[str, Any]]) -> list[tuple[str, int, list[tuple[str, int]]]]:
+    """Claims waiting for hardware, grouped by the hardware they need, each with its distinct requirements."""
+    groups: dict[str, Counter[str]] = defaultdict(Counter)
     for c in claims:
         if c["overall"]["status"] == "needs-hardware":
-            need[c["overall"]["reason"].partition(" needs ")[2] or c["overall"]["reason"]] += 1
-    return need.most_common()
+            req = _requirement(c["overall"]["reason"])
+            groups[_family(req)][req] += 1
+    return sorted(((fam, sum(reqs.values()), reqs.most_common()) for fam, reqs in groups.items()),
+                  key=lambda g: (-g[1], g[0]))
 
 
 def generation_view(claims: list[dict[str, Any]], sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
