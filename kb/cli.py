@@ -191,7 +191,7 @@ def search(ctx: click.Context, text: str, limit: int, **kwargs: Any) -> None:
 
 @cli.command()
 @click.argument("claim_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The claim, its statuses and evidence as one JSON document.")
 @click.pass_context
 def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     """One claim: statement, scope, anchors, checks, status per hardware class, evidence."""
@@ -274,7 +274,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="What this machine can run, as JSON.")
 @click.pass_context
 def hw(ctx: click.Context, as_json: bool) -> None:
     """What this machine is and which verifier kinds it can run."""
@@ -301,16 +301,17 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--claim", "claim_ids", multiple=True, help="Claim id (repeatable).")
-@click.option("--generation", "-g", type=click.Choice(GENERATIONS))
-@click.option("--topic", "-t", type=click.Choice(TOPICS))
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(VERIFIER_KINDS))
+@click.option("--generation", "-g", type=_choice(GENERATIONS), help="Only claims of this generation (any case).")
+@click.option("--topic", "-t", type=_choice(TOPICS), help="Only claims with this topic.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(VERIFIER_KINDS),
+              help="Only checks of this verifier kind (repeatable), e.g. cpu-check, gpu-benchmark.")
 @click.option("--plan", "plan_only", is_flag=True, help="Show what would run and why others are skipped.")
 @click.option("--force", is_flag=True, help="Re-run checks that have current evidence.")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64), help="Parallel CPU workers.")
 @click.option("--timeout", type=float, callback=lambda c, p, v: _positive_seconds(v),
               help="Per-check timeout in seconds, > 0 (default: each verifier's own).")
 @click.option("--online", is_flag=True, help="Fetch cited files of GitHub-hosted sources that have no local clone.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The run summary as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | None, topic: str | None,
            kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
@@ -465,7 +466,8 @@ def export() -> None:
 
 @export.command("status")
 @click.option("--check", is_flag=True, help="Exit 1 if the committed file differs from a fresh export.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file (default STATUS.md in the project).")
 @click.pass_context
 def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
     """Write STATUS.md from the knowledge base."""
@@ -486,7 +488,8 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
 
 
 @export.command("site")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write the site into (created if missing).")
 @click.pass_context
 def export_site(ctx: click.Context, output: Path) -> None:
     """Build the static site into a folder."""
@@ -534,7 +537,7 @@ def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
 @click.option("--write/--no-write", default=None,
               help="Record the result in evidence/audit/latest.json (default: yes, except for --ref what-if audits).")
 @click.option("--record-web", is_flag=True, help="Fetch web sources that have no content hash and record it in sources/.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The audit result as JSON.")
 @click.pass_context
 def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
           as_json: bool) -> None:
@@ -563,7 +566,8 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
 @click.option("--depth", default=2, show_default=True, type=click.IntRange(0, 50),
               help="With CLAIM_ID: relation steps around it, either direction.")
 @click.option("--note", help="Only claims anchored in this note (e.g. fa2-backward or docs/notes/fa2-backward.md).")
-@click.option("--format", "fmt", type=click.Choice(["json", "dot", "svg"]), default="json", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["json", "dot", "svg"]), default="json", show_default=True,
+              help="json (networkx node-link), dot (Graphviz) or svg (laid out in Python).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file instead of stdout.")
 @click.pass_context
 def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None, fmt: str, output: Path | None) -> None:
@@ -599,7 +603,7 @@ def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None
 @click.argument("pin")
 @click.option("--to", "ref", required=True, help="The upstream ref (branch, tag or SHA) to advance the pin to.")
 @click.option("--write", is_flag=True, help="Apply the edits (default: a dry run printing the plan and the YAML diff).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The plan (or what was applied) as JSON.")
 @click.pass_context
 def repin(ctx: click.Context, source_id: str, pin: str, ref: str, write: bool, as_json: bool) -> None:
     """Advance a tracking pin (or the notes commit: PIN `commit`) to a newer ref; re-anchor, re-check, report."""
@@ -667,7 +671,7 @@ def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...]
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Coverage per note as JSON.")
 @click.pass_context
 def coverage(ctx: click.Context, as_json: bool) -> None:
     """Which sections of the pinned notes have claims; exit 1 if a checkable section has none."""
