@@ -311,3 +311,16 @@ def test_dashboard_names_its_commit_and_groups_waiting_claims(project: Path, tmp
     assert [(g, n) for g, n, _ in groups] == [("Ampere (sm_80, A100)", 2), ("Hopper (sm_90, H100/H200)", 1),
                                               ("Rubin (not yet available)", 1), ("any of Ampere, Hopper", 1)]
     assert dict(groups[0][2]) == {"CUDA sm_80": 1, "sm_80": 1}
+
+
+def test_sources_page_counts_claims_that_use_a_hardware_sheet(project: Path, tmp_path: Path) -> None:
+    """A hardware sheet is read by checks, not cited by anchors: the sources page says how many claims use it."""
+    from tests.conftest import claim, write_claims
+
+    check = {"verifier": "arith.eval", "params": {"expr": "H100.sm_count"}, "expect": {"value": {"equals": 132}}}
+    write_claims(project, "hw", [claim("test.hw.sms", statement="The H100 SXM5 has 132 SMs.", checks=[check])])
+    cfg = load_config(project)
+    out = tmp_path / "site"
+    build_site(open_index(cfg).db, cfg, out)
+    page = (out / "sources.html").read_text()
+    assert "its constants are used by the checks of 1 claim</p>" in page

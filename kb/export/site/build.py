@@ -157,7 +157,8 @@ def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
 def _sources_context(data: SiteData) -> dict[str, Any]:
     groups = []
     for kind in SOURCE_KINDS:
-        items = [{**s, "links": source_links(s), "cited": data.cited.get(sid, 0)}
+        items = [{**s, "links": source_links(s), "cited": data.cited.get(sid, 0),
+                  "constants_used": data.constants_used.get(sid, 0)}
                  for sid, s in sorted(data.sources.items()) if s.get("kind") == kind]
         if items:
             groups.append((kind, items))

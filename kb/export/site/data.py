@@ -12,7 +12,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -38,6 +38,8 @@ class SiteData:
     classes: list[str]
     n_runs: int
     cited: Counter[str]
+    # Hardware sheets are not cited by anchors but read by checks (`H100.sm_count`): claims per sheet.
+    constants_used: Counter[str] = field(default_factory=Counter)
 
 
 def load_site(db: sqlite_utils.Database) -> SiteData:
@@ -73,7 +75,20 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
         claims.append(c)
     by_id = {c["id"]: c for c in claims}
     _attach_relations(claims, by_id)
-    return SiteData(claims, by_id, sources, sorted(classes), n_runs, cited)
+    return SiteData(claims, by_id, sources, sorted(classes), n_runs, cited, _constants_used(claims, sources))
+
+
+def _constants_used(claims: list[dict[str, Any]], sources: dict[str, dict[str, Any]]) -> Counter[str]:
+    """Per hardware sheet, how many claims have a check whose parameters name one of its constants."""
+    sheets = [sid for sid, s in sources.items() if s.get("kind") == "hardware"]
+    if not sheets:
+        return Counter()
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sheets)) + r")\.[A-Za-z_]\w*")
+    used: Counter[str] = Counter()
+    for c in claims:
+        text = json.dumps([ch.get("params", {}) for ch in c.get("checks", [])])
+        used.update(set(pattern.findall(text)))
+    return used
 
 
 def _attach_relations(claims: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -> None:
