@@ -324,3 +324,5 @@ def test_sources_page_counts_claims_that_use_a_hardware_sheet(project: Path, tmp
     build_site(open_index(cfg).db, cfg, out)
     page = (out / "sources.html").read_text()
     assert "its constants are used by the checks of 1 claim</p>" in page
+    claim_page = (out / "claims" / "test.hw.sms.html").read_text()
+    assert "constants read: <code>H100.sm_count = 132</code>" in claim_page  # what a refutation would turn on

@@ -35,6 +35,7 @@ from kb.export.site.data import (
     SOURCE_KINDS,
     SiteData,
     anchor_view,
+    constants_named,
     count_by,
     fmt_expect,
     fmt_value,
@@ -148,7 +149,8 @@ def _graph_context(graph: Graph) -> dict[str, Any]:
 
 def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
     checks = [{**ch, "expect_text": fmt_expect(ch.get("expect", {})),
-               "params_text": json.dumps(ch.get("params", {}), sort_keys=True)} for ch in c.get("checks", [])]
+               "params_text": json.dumps(ch.get("params", {}), sort_keys=True),
+               "constants": constants_named(ch.get("params", {}), data.sources)} for ch in c.get("checks", [])]
     scope = [(k, v) for k, v in (c.get("scope") or {}).items() if v]
     return {"c": c, "anchors": [anchor_view(a, data.sources) for a in c.get("anchors", [])], "checks": checks,
             "scope": scope, "runs": [run_view(r) for r in c["runs"]], "filter_href": _filter_href}

@@ -78,6 +78,17 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
     return SiteData(claims, by_id, sources, sorted(classes), n_runs, cited, _constants_used(claims, sources))
 
 
+def constants_named(params: dict[str, Any], sources: dict[str, dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The hardware constants a check's parameters name, with the values the check read (`H100.sm_count` = 132)."""
+    text = json.dumps(params)
+    out = []
+    for sid, name in sorted(set(re.findall(r"\b([A-Za-z][\w-]*)\.([A-Za-z_]\w*)", text))):
+        src = sources.get(sid) or {}
+        if src.get("kind") == "hardware" and name in (src.get("constants") or {}):
+            out.append((f"{sid}.{name}", src["constants"][name]))
+    return out
+
+
 def _constants_used(claims: list[dict[str, Any]], sources: dict[str, dict[str, Any]]) -> Counter[str]:
     """Per hardware sheet, how many claims have a check whose parameters name one of its constants."""
     sheets = [sid for sid, s in sources.items() if s.get("kind") == "hardware"]
