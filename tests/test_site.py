@@ -326,3 +326,12 @@ def test_sources_page_counts_claims_that_use_a_hardware_sheet(project: Path, tmp
     assert "its constants are used by the checks of 1 claim</p>" in page
     claim_page = (out / "claims" / "test.hw.sms.html").read_text()
     assert "constants read: <code>H100.sm_count = 132</code>" in claim_page  # what a refutation would turn on
+
+
+def test_a_kernel_list_is_shown_once_per_claim_page() -> None:
+    from kb.export.site.build import _dedupe_kernels
+
+    runs = [{"run_id": "a", "kernels": ["k1", "k2"]}, {"run_id": "b", "kernels": ["k1", "k2"]},
+            {"run_id": "c", "kernels": ["k3"]}, {"run_id": "d", "kernels": []}]
+    out = _dedupe_kernels(runs)
+    assert [r.get("kernels_same_as") for r in out] == [None, "a", None, None]

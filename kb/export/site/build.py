@@ -153,7 +153,19 @@ def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
                "constants": constants_named(ch.get("params", {}), data.sources)} for ch in c.get("checks", [])]
     scope = [(k, v) for k, v in (c.get("scope") or {}).items() if v]
     return {"c": c, "anchors": [anchor_view(a, data.sources) for a in c.get("anchors", [])], "checks": checks,
-            "scope": scope, "runs": [run_view(r) for r in c["runs"]], "filter_href": _filter_href}
+            "scope": scope, "runs": _dedupe_kernels([run_view(r) for r in c["runs"]]), "filter_href": _filter_href}
+
+
+def _dedupe_kernels(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Show a kernel list once per claim page: later runs with the same list point at the first that had it."""
+    first: dict[tuple[str, ...], str] = {}
+    for r in runs:
+        key = tuple(r["kernels"])
+        if key and key in first:
+            r["kernels_same_as"] = first[key]
+        elif key:
+            first[key] = r.get("run_id", "")
+    return runs
 
 
 def _sources_context(data: SiteData) -> dict[str, Any]:
