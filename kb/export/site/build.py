@@ -161,6 +161,7 @@ def _dedupe_kernels(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     first: dict[tuple[str, ...], str] = {}
     for r in runs:
         key = tuple(r["kernels"])
+        r["kernels_same_as"] = None
         if key and key in first:
             r["kernels_same_as"] = first[key]
         elif key:
