@@ -227,6 +227,16 @@ def test_in_browser(site: Path, browser: Any) -> None:
     browser.find_element(By.ID, "q").clear()
     Select(browser.find_element(By.ID, "f-generation")).select_by_visible_text("FA2")
     wait.until(lambda d: _visible_rows(d) == 2)
+    # Search covers review reasons, and '_' '-' '.' separate words as in the CLI's full-text search.
+    Select(browser.find_element(By.ID, "f-generation")).select_by_value("")
+    browser.find_element(By.ID, "q").send_keys("filler_claim")
+    wait.until(lambda d: _visible_rows(d) == 7)
+    browser.find_element(By.ID, "q").clear()
+    browser.find_element(By.ID, "q").send_keys("reading task")
+    wait.until(lambda d: _visible_rows(d) == 8)
+    browser.find_element(By.ID, "q").clear()
+    Select(browser.find_element(By.ID, "f-generation")).select_by_visible_text("FA2")
+    wait.until(lambda d: _visible_rows(d) == 2)
     assert not _severe(browser)
     assert all(u.startswith("file://") for u in _resources(browser)), _resources(browser)
 

@@ -17,6 +17,9 @@
     fetch("claims.json").then(function (r) { return r.json(); }).then(done);
   }
 
+  // Like the CLI's full-text search, '_', '-' and '.' separate words: dq_accum finds dq-accum ids and "dQ accum…".
+  function norm(text) { return text.toLowerCase().replace(/[_\-.]+/g, " "); }
+
   function readHash() {
     var out = {};
     new URLSearchParams(location.hash.replace(/^#/, "")).forEach(function (v, k) { out[k] = v; });
@@ -33,7 +36,8 @@
     var items = index.claims.map(function (c) {
       return {
         c: c, row: rows[c.id],
-        text: [c.id, c.statement, c.topics.join(" "), c.sources.join(" "), c.generation, c.label].join(" ").toLowerCase()
+        text: norm([c.id, c.statement, c.review || "", c.topics.join(" "), c.sources.join(" "), c.generation,
+                    c.label].join(" "))
       };
     }).filter(function (it) { return it.row; });
     var controls = {};
@@ -57,7 +61,7 @@
     function apply() {
       var want = {};
       SELECTS.forEach(function (f) { want[f] = controls[f].value; });
-      var terms = q.value.toLowerCase().split(/\s+/).filter(Boolean);
+      var terms = q.value.split(/\s+/).filter(Boolean).map(norm);
       var shown = 0;
       items.forEach(function (it) {
         var ok = matches(it, want, terms);

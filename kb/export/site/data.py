@@ -331,5 +331,7 @@ def index_json(data: SiteData) -> dict[str, Any]:
             "label": c["label"], "status": c["overall"]["status"], "strength": c["overall"]["strength"],
             "topics": c["topics"], "sources": c["sources"],
             "classes": {hw: s["status"] for hw, s in c["classes"].items()},
+            # The CLI's full-text search covers review reasons too; the page's search must find the same claims.
+            **({"review": c["review"]} if c.get("review") else {}),
         } for c in data.claims],
     }
