@@ -20,7 +20,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], wrap_last: bool
     term = shutil.get_terminal_size((120, 24)).columns
     lead = sum(w + 2 for w in widths[:-1])
     if piped:  # piped or redirected: keep every character for the reader downstream
-        last = max((len(r[-1]) for r in cells), default=0) or 1
+        last = max([len(headers[-1]), *(len(r[-1]) for r in cells)])
     else:
         last = max(20, term - lead) if wrap_last else widths[-1]
 

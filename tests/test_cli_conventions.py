@@ -77,3 +77,9 @@ def test_verify_says_which_results_it_reused(project: Path) -> None:
     assert f"reused {first['ran']} result(s) recorded earlier on cpu (" in again.stderr
     info = json.loads(kb_subprocess(project, "verify", "--json").stdout)["cached_from"]
     assert [(o["hardware_class"], o["runs"]) for o in info] == [("cpu", first["ran"])]
+
+
+def test_piped_table_keeps_its_headers(project: Path) -> None:
+    """A short last column does not cut the header when piped ("claims", not "cla…")."""
+    out = kb_subprocess(project, "verify").stdout
+    assert out.splitlines()[0].split() == ["status", "claims"]
