@@ -91,14 +91,10 @@ def constants_named(params: dict[str, Any], sources: dict[str, dict[str, Any]]) 
 
 def _constants_used(claims: list[dict[str, Any]], sources: dict[str, dict[str, Any]]) -> Counter[str]:
     """Per hardware sheet, how many claims have a check whose parameters name one of its constants."""
-    sheets = [sid for sid, s in sources.items() if s.get("kind") == "hardware"]
-    if not sheets:
-        return Counter()
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sheets)) + r")\.[A-Za-z_]\w*")
     used: Counter[str] = Counter()
     for c in claims:
-        text = json.dumps([ch.get("params", {}) for ch in c.get("checks", [])])
-        used.update(set(pattern.findall(text)))
+        named = (constants_named(ch.get("params", {}), sources) for ch in c.get("checks", []))
+        used.update({name.partition(".")[0] for consts in named for name, _ in consts})
     return used
 
 
@@ -281,7 +277,7 @@ def _family(requirement: str) -> str:
     if "rubin" in low:
         return "Rubin (not yet available)"
     arch = set(re.findall(r"sm_(\d+)", low))
-    arch |= {"90"} if re.search(r"\bh1?[02]0\b|h100|h200", low) else set()
+    arch |= {"90"} if re.search(r"\bh[12]00\b", low) else set()
     arch |= {"100"} if "b200" in low else set()
     names = [name for prefix, name in _FAMILIES if any(f"sm_{a}".startswith(prefix) for a in arch)]
     if len(names) == 1:
