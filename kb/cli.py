@@ -217,7 +217,7 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
         where = a.get("path") or ""
         if a.get("lines"):
             where += f":{a['lines'][0]}-{a['lines'][1]}"
-        extra = a.get("heading") or a.get("sha", "")[:12] or ""
+        extra = a.get("heading") or (f"slide {a['slide']}" if a.get("slide") else "") or a.get("sha", "")[:12] or ""
         loc = next((f"{k} {a[k]}" for k in ("section", "figure", "table", "equation", "algorithm") if a.get(k)), "")
         click.echo(f"  - {a['source']} {where} {extra} {loc}".rstrip())
     click.echo("checks:" if rec.get("checks") else f"review-only: {rec.get('review')}")
@@ -659,7 +659,8 @@ def repin(ctx: click.Context, source_id: str, pin: str, ref: str, write: bool, a
 @click.option("--sha", help="Commit to read (default: the notes source's pinned commit).")
 @click.pass_context
 def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...], sha: str | None) -> None:
-    """Print what an anchor must record: `kb anchor fa-notes docs/notes/x.md [SLUG]` or
+    """Print what an anchor must record: `kb anchor fa-notes docs/notes/x.md [SLUG]`,
+    `kb anchor fa-notes docs/slides/x.html [SLIDE]` or
     `kb anchor flash-attention PATH START END --sha SHA` (reads the configured local clone)."""
     from kb.pinned.anchor import AnchorError, describe_anchor
 

@@ -371,8 +371,9 @@ def classify_notes(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> list
         # Each note is parsed once per revision, however many anchors cite it.
         if (rev, path) not in parsed:
             blob = reader.read(rev, path)
-            parsed[(rev, path)] = None if blob is None else {
-                sec.slug: sec for sec in sections(blob.decode("utf-8", "replace"))}
+            parsed[(rev, path)] = None if blob is None else (
+                _deck_sections(blob.decode("utf-8", "replace")) if path.endswith(".html") else {
+                    sec.slug: sec for sec in sections(blob.decode("utf-8", "replace"))})
         return parsed[(rev, path)]
 
     out = []
@@ -386,7 +387,7 @@ def classify_notes(refs: list[AnchorRef], diff: PinDiff, reader: Reader) -> list
 
 def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, str], dict[str, Section] | None]) -> Finding:
     a = ref.anchor
-    path, slug = a.path or "", a.heading or ""
+    path, slug = a.path or "", a.heading or (f"slide-{a.slide}" if a.slide else "")
 
     def mk(status: str, detail: str = "", **kw: object) -> Finding:
         return ref.finding("notes", status, detail, pin=diff.pin, head=diff.head, **kw)
@@ -415,6 +416,12 @@ def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, st
         if renamed:
             return mk("renamed", renamed + "section unchanged", proposal={"path": head_path})
         return mk("unchanged", "section text identical at head")
+    if a.slide and (hsec is None or hsec.sha256 != sec.sha256):
+        # Slides are named by position: an inserted slide shifts the rest, so look for the text first.
+        same = [s for s in head_secs.values() if s.sha256 == sec.sha256]
+        if same:
+            return mk("moved", f"{renamed}slide text unchanged, now at position {same[0].start}",
+                      proposal={"path": head_path, "slide": same[0].start, "sha256": sec.sha256})
     if hsec is None:
         same = [s for s in head_secs.values() if s.sha256 == sec.sha256]
         if same:
@@ -423,6 +430,26 @@ def _classify_note_anchor(ref: AnchorRef, diff: PinDiff, text: Callable[[str, st
         return mk("deleted", f"{renamed}section #{slug} no longer exists at head")
     old = [ln.encode() for ln in sec.text.splitlines()]
     new = [ln.encode() for ln in hsec.text.splitlines()]
-    return mk("edited", f"{renamed}section #{slug} changed (now lines {hsec.start}-{hsec.end})",
+    where = {"slide": a.slide} if a.slide else {"heading": slug}
+    return mk("edited", f"{renamed}{'slide' if a.slide else 'section'} #{slug} changed"
+              + ("" if a.slide else f" (now lines {hsec.start}-{hsec.end})"),
               diff=_udiff(old, new, f"{path}@{diff.pin[:12]}#{slug}", f"{head_path}@{diff.head[:12]}#{slug}"),
-              proposal={"path": head_path, "heading": slug, "sha256": hsec.sha256})
+              proposal={"path": head_path, **where, "sha256": hsec.sha256})
+
+
+@dataclass(frozen=True)
+class _SlideSection:
+    """A slide seen as a section: `slug` slide-N, `start` its position, `text` its words one per line for diffs."""
+
+    slug: str
+    sha256: str
+    text: str
+    start: int
+    end: int
+
+
+def _deck_sections(html: str) -> dict[str, _SlideSection]:
+    from kb.pinned.slides import slides
+
+    return {f"slide-{s.position}": _SlideSection(f"slide-{s.position}", s.sha256, s.text.replace(". ", ".\n"),
+                                                  s.position, s.position) for s in slides(html)}

@@ -4,7 +4,9 @@ Reads the notes at their pinned commit (a local clone, else GitHub's raw
 files over HTTPS), takes every `##` and `###` heading, and counts a section
 covered when a claim anchors it or one of its sub-headings. Sections that
 state nothing checkable are listed in `docs/coverage-allowlist.yaml` with a
-reason; anything else uncovered is reported.
+reason; anything else uncovered is reported. The slide decks beside the notes
+(`docs/slides/*.html`) are counted the same way, per slide: covered when a
+claim anchors it, allow-listed under `slides:` with a reason, else missing.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class CoverageError(RuntimeError):
     """The notes could not be read."""
 
 
-def _read_notes(cfg: Config, src: Source, paths: list[str]) -> dict[str, str]:
+def _read_notes(cfg: Config, src: Source, paths: list[str], folder: str = "docs/notes",
+                suffix: str = ".md") -> dict[str, str]:
     clone = cfg.clones.get(src.id) or next((str(p) for p in (cfg.clone_cache / src.id, cfg.clone_cache / f"{src.id}.git")
                                              if p.exists()), None)
     out: dict[str, str] = {}
@@ -47,8 +50,8 @@ def _read_notes(cfg: Config, src: Source, paths: list[str]) -> dict[str, str]:
             if not repo.has_commit(src.commit or ""):
                 raise CoverageError(f"{clone} does not contain the pinned commit {src.commit}")
             if not paths:
-                paths = [p for p in repo.git("ls-tree", "-r", "--name-only", src.commit or "", "docs/notes").split()
-                         if p.endswith(".md")]
+                paths = [p for p in repo.git("ls-tree", "-r", "--name-only", src.commit or "", folder).split()
+                         if p.endswith(suffix)]
             for p in paths:
                 blob = repo.read(src.commit or "", p)
                 if blob is not None:
@@ -69,10 +72,10 @@ def _read_notes(cfg: Config, src: Source, paths: list[str]) -> dict[str, str]:
     return out
 
 
-def note_paths(db: sqlite_utils.Database) -> list[str]:
-    """Note files the corpus anchors, plus the 13 files of docs/notes/ when a clone lists them."""
+def note_paths(db: sqlite_utils.Database, folder: str = "docs/notes") -> list[str]:
+    """Note files (or decks) the corpus anchors: what coverage reads when no clone lists the folder."""
     return sorted({r["path"] for r in db.query("SELECT DISTINCT a.path FROM anchors a JOIN sources s ON s.id = a.source "
-                                                "WHERE s.kind = 'notes' AND a.path LIKE 'docs/notes/%'")})
+                                                "WHERE s.kind = 'notes' AND a.path LIKE ?", [f"{folder}/%"])})
 
 
 def coverage(cfg: Config, db: sqlite_utils.Database) -> list[FileCoverage]:
@@ -107,6 +110,31 @@ def coverage(cfg: Config, db: sqlite_utils.Database) -> list[FileCoverage]:
                 fc.structural.append(sec.slug)
             else:
                 fc.missing.append(sec.slug)
+        out.append(fc)
+    return out + _slide_coverage(cfg, db, src, allow)
+
+
+def _slide_coverage(cfg: Config, db: sqlite_utils.Database, src: Source, allow: dict) -> list[FileCoverage]:
+    """Per deck: slides a claim anchors, slides allow-listed under `slides:`, the rest missing."""
+    from kb.pinned.slides import slides
+
+    decks = _read_notes(cfg, src, [] if cfg.clones.get(src.id) else note_paths(db, "docs/slides"),
+                        folder="docs/slides", suffix=".html")
+    anchored: dict[str, set[int]] = {}
+    for r in db.query("SELECT path, slide FROM anchors WHERE source = ? AND slide IS NOT NULL", [src.id]):
+        anchored.setdefault(r["path"], set()).add(int(r["slide"]))
+    out = []
+    for path, html in sorted(decks.items()):
+        fc = FileCoverage(path)
+        allowed = {int(k): v for k, v in ((allow.get("slides") or {}).get(path) or {}).items()}
+        for sl in slides(html):
+            name = f"slide-{sl.position}"
+            if sl.position in anchored.get(path, set()):
+                fc.covered.append(name)
+            elif sl.position in allowed:
+                fc.allowed[name] = allowed[sl.position]
+            else:
+                fc.missing.append(name)
         out.append(fc)
     return out
 

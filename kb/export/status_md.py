@@ -43,6 +43,23 @@ def _pin_roles(db: sqlite_utils.Database) -> list[dict[str, str]]:
     return out
 
 
+def _disagreements(db: sqlite_utils.Database, overall: dict[str, dict]) -> list[str]:
+    """Findings: a deck and its note (or two sources) state one fact differently; each side is a checked claim."""
+    pairs = sorted({tuple(sorted((r["claim_id"], r["target"])))
+                    for r in db.query("SELECT claim_id, target FROM claim_edges WHERE relation = 'disagrees_with'")})
+    out = ["## Deck and note disagreements", "",
+           "The same fact stated differently in a slide deck and in its note. Both statements are claims, each with "
+           "its own check; the status says which side the pinned code or hardware supports.", ""]
+    if not pairs:
+        return [*out, "None.", ""]
+    out += ["| claim | status | strength | claim | status | strength |", "|---|---|---|---|---|---|"]
+    for a, b in pairs:
+        oa, ob = overall.get(a, {}), overall.get(b, {})
+        out.append(f"| `{a}` | {oa.get('status', '?')} | {oa.get('strength') or '—'} "
+                   f"| `{b}` | {ob.get('status', '?')} | {ob.get('strength') or '—'} |")
+    return [*out, ""]
+
+
 def render_status(db: sqlite_utils.Database) -> str:
     """The full text of STATUS.md."""
     claims = {r["id"]: r for r in db.query("SELECT id, generation, phase, label FROM claims")}
@@ -155,6 +172,8 @@ def render_status(db: sqlite_utils.Database) -> str:
               "A refuted claim records what the notes assert and the evidence against it; it is a finding, not an error.", ""]
     lines += [f"- `{i}` — {md(overall[i]['reason'])}" for i in refuted] or ["None."]
     lines.append("")
+
+    lines += _disagreements(db, overall)
 
     pending: dict[str, list[str]] = defaultdict(list)
     for i, o in sorted(overall.items()):

@@ -116,6 +116,12 @@ def m008_foreign_keys(db: sqlite_utils.Database) -> None:
                         + [("anchors", "source", "sources", "id"), ("claim_edges", "target", "claims", "id")])
 
 
+@migrations()
+def m009_slide_anchors(db: sqlite_utils.Database) -> None:
+    """Slide anchors: the 1-based position of a slide in a deck (docs/slides/*.html)."""
+    db["anchors"].add_column("slide", int)
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 
@@ -333,12 +339,13 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
         })
         topic_rows += [{"claim_id": cid, "topic": t} for t in c.topics]
         edge_rows += [{"claim_id": cid, "target": t, "relation": rel}
-                      for rel in ("depends_on", "refines", "supersedes") for t in dict.fromkeys(getattr(c, rel))]
+                      for rel in ("depends_on", "refines", "supersedes", "disagrees_with")
+                      for t in dict.fromkeys(getattr(c, rel))]
         for i, a in enumerate(c.anchors):
             anchor_rows.append({
                 "claim_id": cid, "idx": i, "source": a.source, "sha": a.sha, "path": a.path,
                 "line_start": a.lines[0] if a.lines else None, "line_end": a.lines[1] if a.lines else None,
-                "heading": a.heading, "locator": a.paper_locator(), "sha256": a.sha256,
+                "heading": a.heading, "slide": a.slide, "locator": a.paper_locator(), "sha256": a.sha256,
             })
         for i, ch in enumerate(c.checks):
             check_rows.append({

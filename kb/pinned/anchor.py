@@ -1,7 +1,7 @@
 """Author's helper: print the hash and text an anchor must record (`kb anchor`).
 
     python -m kb.pinned.anchor repo GITDIR SHA PATH START END
-    python -m kb.pinned.anchor note GITDIR SHA PATH [SLUG]
+    python -m kb.pinned.anchor note GITDIR SHA PATH [SLUG]   (a deck, PATH *.html: [SLIDE])
 
 With no SLUG, `note` lists every section of the note with slug and hash.
 """
@@ -34,6 +34,19 @@ def describe_note(text: str, slug: str | None = None) -> list[str]:
     return [f"{'#' * s.level} {s.slug}  lines {s.start}-{s.end}  sha256 {s.sha256}" for s in secs]
 
 
+def describe_deck(html: str, position: str | None = None) -> list[str]:
+    """One line per slide of a deck (or just slide `position`): position, section, hash, title or text start."""
+    from kb.pinned.slides import slides
+
+    all_slides = slides(html)
+    if position is not None:
+        if not position.isdigit() or not 1 <= int(position) <= len(all_slides):
+            raise AnchorError(f"no slide {position!r}: the deck has slides 1-{len(all_slides)}")
+        s = all_slides[int(position) - 1]
+        return [f"slide {s.position}  [{s.section}]  line {s.line}  sha256 {s.sha256}", s.text]
+    return [f"slide {s.position:3d}  [{s.section}]  sha256 {s.sha256}  {(s.title or s.text)[:70]}" for s in all_slides]
+
+
 def describe_lines(blob: bytes, path: str, start: int, end: int) -> list[str]:
     """The sha256 a repository anchor records for lines start..end, then the numbered lines to read."""
     got = lines_sha256(blob, start, end)
@@ -63,6 +76,8 @@ def describe_anchor(cfg: Config, corpus: Corpus, source_id: str, path: str, wher
         raise AnchorError(f"cannot read {path} at {rev[:12]} from {clone}: {exc}") from None
     if blob is None:
         raise AnchorError(f"{path} does not exist at {rev[:12]}")
+    if src.kind == "notes" and path.endswith(".html"):
+        return describe_deck(blob.decode("utf-8"), where[0] if where else None)
     if src.kind == "notes":
         return describe_note(blob.decode("utf-8"), where[0] if where else None)
     if len(where) != 2:
@@ -84,7 +99,8 @@ def main(argv: list[str]) -> int:
         if argv[0] == "repo":
             out = describe_lines(blob, path, int(argv[4]), int(argv[5]))
         else:
-            out = describe_note(blob.decode("utf-8"), argv[4] if len(argv) > 4 else None)
+            describe = describe_deck if path.endswith(".html") else describe_note
+            out = describe(blob.decode("utf-8"), argv[4] if len(argv) > 4 else None)
     except AnchorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

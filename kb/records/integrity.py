@@ -48,9 +48,17 @@ def _anchor_problems(corpus: Corpus, claim: Claim) -> list[Problem]:
             continue
         if src.kind == "notes":
             has_note = True
-            for need in ("path", "heading", "sha256"):
+            deck = (anchor.path or "").endswith(".html")
+            # A note section is named by its heading slug; a slide of a deck by its position.
+            for need in ("path", "slide" if deck else "heading", "sha256"):
                 if not getattr(anchor, need):
-                    out.append(_claim_problem(corpus, claim, loc, f"a notes anchor needs {need}"))
+                    out.append(_claim_problem(corpus, claim, loc, f"a {'slide' if deck else 'notes'} anchor needs {need}"))
+            if deck and anchor.heading:
+                out.append(_claim_problem(corpus, claim, (*loc, "heading"), "a slide anchor names its slide, not a heading"))
+            if anchor.slide is not None and not deck:
+                out.append(_claim_problem(corpus, claim, (*loc, "slide"), "slide applies only to a deck (an .html path)"))
+        elif anchor.slide is not None:
+            out.append(_claim_problem(corpus, claim, (*loc, "slide"), f"slide only applies to notes anchors, not {src.kind}"))
         elif src.kind == "repo":
             if not anchor.sha:
                 out.append(_claim_problem(corpus, claim, loc, "a repository anchor needs sha (a full commit SHA)"))
@@ -147,13 +155,13 @@ def _relation_problems(corpus: Corpus) -> list[Problem]:
     graph: dict[str, list[str]] = {}
     for claim in corpus.claims.values():
         edges = []
-        for rel in ("depends_on", "refines", "supersedes"):
+        for rel in ("depends_on", "refines", "supersedes", "disagrees_with"):
             for j, target in enumerate(getattr(claim, rel)):
                 if target not in corpus.claims:
                     out.append(_claim_problem(corpus, claim, (rel, j), f"points at unknown claim {target!r}"))
                 elif target == claim.id:
                     out.append(_claim_problem(corpus, claim, (rel, j), "a claim cannot relate to itself"))
-                else:
+                elif rel != "disagrees_with":  # a disagreement is symmetric, not an order: no cycle check
                     edges.append(target)
         graph[claim.id] = edges
     # Iterative DFS colouring: report each cycle once, at its first member.

@@ -134,8 +134,16 @@ class Anchor(Strict):
     lines: tuple[StrictInt, StrictInt] | None = None
     symbol: str | None = None
     heading: str | None = None
+    slide: StrictInt | None = None  # slide decks (docs/slides/*.html): 1-based position of the slide
     sha256: str | None = None
     note: str | None = None
+
+    @field_validator("slide")
+    @classmethod
+    def _slide(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= 10_000:
+            raise ValueError(f"slide {v} is not a slide position (1-based)")
+        return v
 
     @field_validator("sha")
     @classmethod
@@ -266,6 +274,8 @@ class Claim(Strict):
     depends_on: list[str] = Field(default_factory=list)
     refines: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list)
+    # The same fact stated differently elsewhere (a slide deck against its note): both are claims, each checked.
+    disagrees_with: list[str] = Field(default_factory=list)
     # Conditions the statement names (a shape, a configuration) that checks consume as "$name" (kb.records.binding).
     givens: dict[str, Any] = Field(default_factory=dict)
     # Numbers in the statement that name rather than measure (a section, a step, a year), exactly as written.
