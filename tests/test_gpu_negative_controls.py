@@ -40,7 +40,8 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     res = _kb(proj, "verify", "--json")
     summary = json.loads(res.stdout)
-    kinds = {"neg.gpu.bitwise-repeat", "neg.gpu.profile", "neg.gpu.kernel-run", "neg.gpu.benchmark"}
+    kinds = {"neg.gpu.bitwise-repeat", "neg.gpu.profile", "neg.gpu.kernel-run", "neg.gpu.benchmark",
+             "neg.gpu.pinned-profile", "neg.gpu.probe-mma", "neg.gpu.probe-smid"}
     assert set(summary["refuted"]) == kinds, (summary, res.stderr[-2000:])
     assert summary["errors"] == []
 
@@ -54,5 +55,5 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 4
+    assert len(rows) == 7
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows

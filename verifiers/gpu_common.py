@@ -17,6 +17,7 @@ from typing import Any
 from verifiers.gpu_common_params import AttnParams
 
 AttnShape = AttnParams
+PINNED = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")  # kb's builds of the pins (verifiers.gpu_pinned)
 
 
 def _torch():
@@ -72,6 +73,10 @@ def forward(p: AttnShape, x: dict[str, Any]) -> tuple[Any, Any]:
         # Dropout is replayable only from the same RNG state: restore it before every call.
         torch.manual_seed(p.seed)
         torch.cuda.manual_seed(p.seed)
+    if p.impl in PINNED:
+        from verifiers import gpu_pinned
+
+        return gpu_pinned.forward(p, x)
     if p.impl == "fa4":
         from flash_attn.cute import flash_attn_func
 
@@ -162,10 +167,14 @@ def kernel_trace(fn: Any) -> list[dict[str, Any]]:
     return out
 
 
-def versions() -> dict[str, Any]:
-    """Versions of what ran, for the evidence record."""
+def versions(impl: str | None = None) -> dict[str, Any]:
+    """Versions of what ran, for the evidence record (a pinned build's manifest when impl names one)."""
     torch = _torch()
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if impl in PINNED:
+        from verifiers import gpu_pinned
+
+        env["pinned_build"] = gpu_pinned.provenance(impl)
     try:
         import flash_attn
 
@@ -173,3 +182,54 @@ def versions() -> dict[str, Any]:
     except ImportError:
         pass
     return env
+
+
+class ClockSampler:
+    """SM clock and board power sampled by nvidia-smi every 50 ms while a timed loop runs.
+
+    A single read before the loop shows the idle clock (345 MHz on the H200), not what the
+    kernels ran at; sampling during the loop records the clocks the timing depended on.
+    """
+
+    def __init__(self, interval_ms: int = 50) -> None:
+        self.interval_ms = interval_ms
+        self.samples: list[tuple[float, float]] = []
+        self._proc: Any = None
+
+    def __enter__(self) -> ClockSampler:
+        import subprocess
+
+        torch = _torch()
+        idx = os.environ.get("CUDA_VISIBLE_DEVICES", str(torch.cuda.current_device())).split(",")[0]
+        try:
+            self._proc = subprocess.Popen(
+                ["nvidia-smi", "-i", idx, "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                 f"-lms={self.interval_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self._proc = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        out, _ = self._proc.communicate(timeout=10)
+        for line in out.splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            try:
+                self.samples.append((float(parts[0]), float(parts[1])))
+            except (ValueError, IndexError):
+                continue
+
+    def summary(self) -> dict[str, tuple[Any, str]]:
+        """Median and range of the SM clock and power over the samples (empty without nvidia-smi)."""
+        import statistics
+
+        if not self.samples:
+            return {}
+        clocks = [c for c, _ in self.samples]
+        power = [w for _, w in self.samples]
+        return {"sm_clock_mhz_median": (statistics.median(clocks), "MHz during the timed loop"),
+                "sm_clock_mhz_min": (min(clocks), "MHz"), "sm_clock_mhz_max": (max(clocks), "MHz"),
+                "power_w_median": (round(statistics.median(power), 1), "W during the timed loop"),
+                "clock_samples": (len(clocks), f"every {self.interval_ms} ms")}

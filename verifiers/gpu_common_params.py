@@ -6,7 +6,9 @@ from typing import Literal
 
 from kb.registry import Params
 
-Impl = Literal["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "fa4", "flex"]
+# fa1-v1.0.9, fa2-v2.0.0, fa3-2024-08: kb's builds of those pins (verifiers/pinned_build.py), run via ctypes.
+Impl = Literal["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "fa4", "flex",
+               "fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08"]
 
 
 class AttnParams(Params):
@@ -24,5 +26,7 @@ class AttnParams(Params):
     deterministic: bool = False
     dropout_p: float = 0.0
     seed: int = 0
+    philox_offset: int = 0  # pinned builds with dropout: the generator offset handed to the pinned API
+    num_splits: int = 0  # fa1-v1.0.9: 0 = the pinned heuristic, > 0 forces the backward's split count
     min_cc: int | None = None
     max_cc: int | None = None

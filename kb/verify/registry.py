@@ -123,10 +123,12 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
     if not req.cuda:
         return req
     pkgs = req.packages + (("flash_attn",) if params.get("impl") == "fa4" else ())
+    # kb's builds of the pins (fa1-v1.0.9, fa2-v2.0.0, fa3-2024-08) hold sm_90 / sm_90a code only.
+    pinned = str(params.get("impl", "")).startswith(("fa1-", "fa2-", "fa3-"))
     return Requirements(
         cuda=True,
-        min_cc=params.get("min_cc", req.min_cc),
-        max_cc=params.get("max_cc", req.max_cc),
+        min_cc=params.get("min_cc", 90 if pinned else req.min_cc),
+        max_cc=params.get("max_cc", 90 if pinned else req.max_cc),
         packages=pkgs,
         min_gpu_memory_gb=req.min_gpu_memory_gb,
         git_source=req.git_source,
@@ -145,16 +147,30 @@ def _module_hash(name: str) -> str:
     mod = importlib.import_module(name)
     src = inspect.getsource(mod)
     h = hashlib.sha256(src.encode())
+    _hash_files(mod, h)
     pkg = name.split(".")[0]
     for dep in sorted(set(re.findall(rf"\b{pkg}\.(\w+)|from {pkg} import (\w+)", src))):
         dep_name = f"{pkg}.{dep[0] or dep[1]}"
         if dep_name != name:
             try:
-                h.update(inspect.getsource(importlib.import_module(dep_name)).encode())
+                dep_mod = importlib.import_module(dep_name)
+                h.update(inspect.getsource(dep_mod).encode())
+                _hash_files(dep_mod, h)
             except (ImportError, OSError, TypeError):
                 continue
     _HASHES[name] = h.hexdigest()[:16]
     return _HASHES[name]
+
+
+def _hash_files(mod: Any, h: Any) -> None:
+    """Fold in the non-Python files a module declares in `HASH_FILES` (e.g. the C++ harness it compiles)."""
+    files = getattr(mod, "HASH_FILES", None)
+    if not files or not getattr(mod, "__file__", None):
+        return
+    base = Path(mod.__file__).parent
+    for rel in files:
+        f = base / rel
+        h.update(rel.encode() + b"\0" + (f.read_bytes() if f.exists() else b"<missing>"))
 
 
 _REGISTRY: dict[str, VerifierSpec] = {}

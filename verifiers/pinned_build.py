@@ -1,0 +1,426 @@
+"""Builds of the pinned FlashAttention revisions, as shared libraries that GPU checks load with ctypes.
+
+Each revision is its pinned kernel units, compiled unchanged from the tree at
+the pin's full SHA (cutlass at the commit the pin records as its submodule),
+plus kb's own harness (`verifiers/harness/<rev>.cu`) that fills the pinned
+params struct through one C ABI (`kb_attn_abi.h`) and calls the pinned launch
+function. FA1/FA2 units also get kb's ATen stand-ins (`aten_shim`). Builds are
+cached by (SHA, units, flags, compiler, harness, shim) under
+`.kb/build/pinned/<rev>/<key>/`, with a manifest that every GPU run records:
+the source SHA, the cutlass commit, flags, compiler, what kb supplied, and the
+ptxas resource lines of every kernel.
+
+Run on any machine with nvcc (no GPU needed):
+`python -m verifiers.pinned_build [--rev fa2-v2.0.0 ...] [-j 2]`; carry the
+`.kb/build/pinned` folder to the GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The harness sources are part of this module's code hash (the registry reads HASH_FILES).
+HERE = Path(__file__).resolve().parent
+HASH_FILES = ["harness/kb_attn_abi.h", "harness/fa1_v109.cu", "harness/fa2_v200.cu", "harness/fa3_hopper.cu",
+              "harness/probes.cu"]
+
+# Flags of the pinned setup.py for the kernel units (build-pinned.md), shared by all three pins.
+_COMMON = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
+           "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+           "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One pinned revision: where its tree is, which units exist, how they compile."""
+
+    name: str
+    pin: str  # pin name in sources/repos.yaml (flash-attention)
+    sha: str
+    src_dir: str  # folder of the kernel units inside the tree
+    cutlass_path: str  # gitlink path of the cutlass submodule
+    cutlass_dirs: tuple[str, ...]
+    tree_dirs: tuple[str, ...]
+    units: dict[str, str]  # "fwd:bf16:128" -> unit file name in src_dir
+    default_units: tuple[str, ...]
+    gencode: str
+    flags: tuple[str, ...]
+    harness: str
+    aten_shim: bool
+    extra_includes: tuple[str, ...] = field(default_factory=tuple)  # tree-relative
+    driver_symbols: tuple[str, ...] = ()  # CUDA driver functions the units call (linked against libcuda.so.1)
+
+
+REVISIONS: dict[str, Revision] = {
+    "fa2-v2.0.0": Revision(
+        name="fa2-v2.0.0", pin="v2.0.0", sha="4f285b354796fb17df8636485b9a04df3ebbb7dc",
+        src_dir="csrc/flash_attn/src", cutlass_path="csrc/cutlass", cutlass_dirs=("include",),
+        tree_dirs=("csrc/flash_attn/src",),
+        units={f"{ph}:{dt}:{d}": f"flash_{ph}_hdim{d}_{dt}_sm80.cu"
+               for ph in ("fwd", "bwd") for dt in ("bf16", "fp16") for d in (64, 128)},
+        default_units=("fwd:bf16:128", "fwd:fp16:128", "bwd:bf16:128", "bwd:fp16:128", "fwd:bf16:64"),
+        # v2.0.0's setup.py adds compute_90/sm_90 when the toolkit is new enough; the units are the sm80 ones.
+        gencode="arch=compute_90,code=sm_90", flags=tuple(_COMMON), harness="fa2_v200.cu", aten_shim=True),
+    # v1.0.9: one unit per (phase, head_dim) holds fp16 and bf16; the harness links all four units.
+    "fa1-v1.0.9": Revision(
+        name="fa1-v1.0.9", pin="v1.0.9", sha="6d48e14a6c2f551db96f0badc658a6279a929df3",
+        src_dir="csrc/flash_attn/src", cutlass_path="csrc/flash_attn/cutlass", cutlass_dirs=("include",),
+        tree_dirs=("csrc/flash_attn",),
+        units={f"{ph}:{dt}:{d}": f"fmha_{ph}_hdim{d}.cu" for ph in ("fwd", "bwd") for dt in ("bf16", "fp16")
+               for d in (64, 128)},
+        default_units=tuple(f"{ph}:{dt}:{d}" for ph in ("fwd", "bwd") for dt in ("bf16", "fp16") for d in (64, 128)),
+        gencode="arch=compute_90,code=sm_90", flags=(*_COMMON, "-lineinfo"), harness="fa1_v109.cu", aten_shim=True,
+        extra_includes=("csrc/flash_attn",)),
+    # hopper/ at 3669b25 (FA3): sm_90a only; no ATen names in the units; the TMA descriptors need the driver.
+    "fa3-2024-08": Revision(
+        name="fa3-2024-08", pin="fa3-2024-08", sha="3669b25206d5938e3cc74a5f7860e31c38af8204",
+        src_dir="hopper", cutlass_path="csrc/cutlass", cutlass_dirs=("include", "tools/util/include"),
+        tree_dirs=("hopper",),
+        units={**{f"fwd:{dt}:{d}": f"flash_fwd_hdim{d}_{dt}_sm90.cu" for dt in ("bf16", "fp16") for d in (64, 128)},
+               **{f"bwd:{dt}:128": f"flash_bwd_hdim128_{dt}_sm90.cu" for dt in ("bf16", "fp16")}},
+        default_units=("fwd:bf16:128", "fwd:fp16:128", "bwd:bf16:128", "bwd:fp16:128", "fwd:bf16:64", "fwd:fp16:64"),
+        gencode="arch=compute_90a,code=sm_90a",
+        flags=("-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+               "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+               "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
+               "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
+               "--ptxas-options=--verbose,--register-usage-level=10,--warn-on-local-memory-usage", "-lineinfo",
+               "-DCUTLASS_DEBUG_TRACE_LEVEL=0", "-DNDEBUG", "--threads", "4"),
+        harness="fa3_hopper.cu", aten_shim=False, driver_symbols=("cuTensorMapEncodeTiled",)),
+}
+
+
+def revision(name: str) -> Revision:
+    """The named revision, or a clear error listing the known ones."""
+    if name not in REVISIONS:
+        raise KeyError(f"unknown pinned build {name!r}; known: {', '.join(sorted(REVISIONS))}")
+    return REVISIONS[name]
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()
+
+
+def harness_digest(rev: Revision) -> str:
+    """sha256 over the ABI header and the revision's harness source."""
+    return _digest((HERE / "harness/kb_attn_abi.h").read_bytes(), (HERE / "harness" / rev.harness).read_bytes())
+
+
+def build_root() -> Path:
+    """Where builds live: $KB_BUILD_CACHE/pinned, else .kb/build/pinned under the working directory."""
+    return Path(os.environ.get("KB_BUILD_CACHE") or Path.cwd() / ".kb" / "build") / "pinned"
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_PTXAS_FN = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_PTXAS_REG = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(text: str) -> dict[str, dict[str, int | str]]:
+    """Registers, spills, stack and static shared memory per mangled kernel from `-Xptxas -v` output."""
+    out: dict[str, dict[str, int | str]] = {}
+    cur: str | None = None
+    for line in text.splitlines():
+        m = _PTXAS_FN.search(line)
+        if m:
+            cur = m.group(1)
+            out[cur] = {"arch": m.group(2)}
+            continue
+        if cur is None:
+            continue
+        if (m := _PTXAS_SPILL.search(line)):
+            out[cur].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        if (m := _PTXAS_REG.search(line)):
+            out[cur]["registers"] = int(m.group(1))
+            if (s := _PTXAS_SMEM.search(line)):
+                out[cur]["static_smem"] = int(s.group(1))
+    return out
+
+
+def object_keys(rev: Revision, files: list[str], compiler: str, shim: str, cut_commit: str) -> dict[str, str]:
+    """Cache key of each pinned unit's object: (SHA, cutlass commit, file, flags, compiler, include set, shim)."""
+    base = [rev.sha, cut_commit, rev.gencode, list(rev.flags), compiler, shim, rev.cutlass_dirs, rev.tree_dirs,
+            rev.extra_includes, rev.src_dir]
+    return {f: _key(*base, f) for f in files}
+
+
+def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = print) -> Path:
+    """Build (or find cached) the revision's library; returns its folder (libkb.so + manifest.json).
+
+    Each pinned unit's object is cached on its own by (SHA, file, flags, compiler, include set, shim),
+    with the ptxas report captured when it was compiled, so adding a unit or changing the harness
+    recompiles only what changed.
+    """
+    from kb.config import load_config
+    from verifiers import aten_shim
+    from verifiers.compiled import _materialise, _tool_version, gitlink
+
+    rev = revision(name)
+    units = sorted(units or rev.default_units)
+    for u in units:
+        if u not in rev.units:
+            raise KeyError(f"{name} has no unit {u!r}; known: {', '.join(sorted(rev.units))}")
+    cfg = load_config()
+    clones = dict(cfg.clones)
+    for sid in ("flash-attention", "cutlass"):  # else the clone cache `kb sources fetch` fills
+        for cand in (cfg.clone_cache / sid, cfg.clone_cache / f"{sid}.git"):
+            if sid not in clones and cand.exists():
+                clones[sid] = str(cand)
+    clone = clones.get("flash-attention")
+    cut = clones.get("cutlass")
+    if not clone or not cut:
+        raise FileNotFoundError("needs local clones of flash-attention and cutlass (kb sources fetch, or kb.local.toml)")
+    nvcc = "nvcc"
+    compiler = _tool_version(nvcc)
+    root = build_root()
+    cache = root.parent
+    shim = aten_shim.digest() if rev.aten_shim else ""
+    cut_commit = gitlink(clone, rev.sha, rev.cutlass_path)
+    files = sorted({rev.units[u] for u in units})  # FA1 units hold both dtypes: compile each file once
+    obj_keys = object_keys(rev, files, compiler, shim, cut_commit)
+    key = _key(rev.name, sorted(obj_keys.values()), units, harness_digest(rev), rev.driver_symbols, "cudart-shared")
+    out = root / name / key
+    if (out / "manifest.json").exists():
+        log(f"{name}: cached build {key} ({len(units)} units)")
+        _point_current(root / name, key)
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    objects = root / "objects"
+    objects.mkdir(parents=True, exist_ok=True)
+    tree = _materialise(clone, rev.sha, list(rev.tree_dirs), cache)
+    cut_tree = _materialise(cut, cut_commit, list(rev.cutlass_dirs), cache)
+    incs = [f"-I{HERE / 'harness'}", f"-I{tree / rev.src_dir}", *[f"-I{cut_tree / d}" for d in rev.cutlass_dirs],
+            *[f"-I{tree / d}" for d in rev.extra_includes]]
+    if rev.aten_shim:
+        incs.insert(0, f"-I{aten_shim.write(cache)}")
+    base = ["-gencode", rev.gencode, *rev.flags, "-Xcompiler", "-fPIC", *incs]
+
+    def compile_one(src: Path, obj: Path, extra: list[str]) -> tuple[float, str]:
+        t0 = time.time()
+        tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
+        res = subprocess.run([nvcc, *base, *extra, "-c", str(src), "-o", str(tmp)],
+                             capture_output=True, text=True, timeout=3600)
+        if res.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {src.name}:\n{res.stderr[-3000:]}")
+        os.replace(tmp, obj)
+        return time.time() - t0, res.stderr + res.stdout
+
+    todo = [f for f in files if not (objects / f"{obj_keys[f]}.json").exists()]
+    log(f"{name}: {len(files) - len(todo)} of {len(files)} pinned units cached; compiling {len(todo)} + harness "
+        f"with {jobs} jobs ({compiler})")
+
+    def unit_job(f: str) -> None:
+        secs, text = compile_one(tree / rev.src_dir / f, objects / f"{obj_keys[f]}.o", ["-Xptxas", "-v"])
+        meta = {"file": f"{rev.src_dir}/{f}", "seconds": round(secs, 1), "ptxas": parse_ptxas(text)}
+        (objects / f"{obj_keys[f]}.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        log(f"  {f}: {secs:.0f} s")
+
+    defines = [f"-DKB_UNIT_{u.replace(':', '_')}" for u in units]
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        futs = [ex.submit(unit_job, f) for f in todo]
+        futs.append(ex.submit(compile_one, HERE / "harness" / rev.harness, out / "harness.o", defines))
+        for fut in futs:
+            fut.result()
+    seconds, ptxas = {}, {}
+    for f in files:
+        meta = json.loads((objects / f"{obj_keys[f]}.json").read_text())
+        seconds[f] = meta["seconds"]
+        ptxas.update(meta["ptxas"])
+    lib = out / "libkb.so"
+    link = ["--cudart", "shared"]  # one CUDA runtime per process: torch's libcudart.so.13, loaded before this library
+    if rev.driver_symbols:
+        # No GPU driver here: link against a stand-in that declares the same soname; the driver's
+        # libcuda.so.1 provides the real functions at run time.
+        stub = out / "stub"
+        stub.mkdir(exist_ok=True)
+        (stub / "cuda_stub.c").write_text("".join(f"int {sym}(void) {{ return 999; }}\n" for sym in rev.driver_symbols))
+        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so"),
+                        str(stub / "cuda_stub.c")], check=True, timeout=120)
+        link += [f"-L{stub}", "-lcuda"]
+    objs = [str(objects / f"{obj_keys[f]}.o") for f in files] + [str(out / "harness.o")]
+    res = subprocess.run([nvcc, "-shared", "-gencode", rev.gencode, "-o", str(lib), *objs, *link],
+                         capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        raise RuntimeError(f"link failed: {res.stderr[-2000:]}")
+    (out / "harness.o").unlink()
+    manifest = {
+        "revision": name, "source": "flash-attention", "pin": rev.pin, "source_sha": rev.sha,
+        "cutlass": {"path": rev.cutlass_path, "commit": cut_commit, "dirs": list(rev.cutlass_dirs)},
+        "units": {u: f"{rev.src_dir}/{rev.units[u]}" for u in units},
+        "gencode": rev.gencode, "flags": list(rev.flags), "compiler": compiler,
+        "harness": {"file": f"verifiers/harness/{rev.harness}", "sha256": harness_digest(rev)},
+        "supplied_by_kb": (["verifiers/harness/kb_attn_abi.h", f"verifiers/harness/{rev.harness}"]
+                           + ([f"verifiers/aten_shim.py ({shim})"] if rev.aten_shim else [])
+                           + ([f"link-time libcuda.so.1 stand-in for {', '.join(rev.driver_symbols)} (the driver's at run time)"]
+                              if rev.driver_symbols else [])),
+        "link": link[:2] + (["-lcuda"] if rev.driver_symbols else []),
+        "pinned_sources": "unchanged, compiled from the tree at source_sha",
+        "compile_seconds": seconds, "ptxas": ptxas, "key": key, "object_keys": obj_keys,
+        "library_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
+        "library_bytes": lib.stat().st_size,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    _point_current(root / name, key)
+    log(f"{name}: built {key}, {lib.stat().st_size / 2**20:.1f} MiB")
+    return out
+
+
+def _point_current(folder: Path, key: str) -> None:
+    (folder / "current").write_text(key + "\n")
+
+
+# --------------------------------------------------------------------------- loading (GPU side)
+
+
+class KbAttnArgs(ctypes.Structure):
+    """Mirror of `struct KbAttnArgs` in harness/kb_attn_abi.h."""
+
+    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv")] + [
+        ("ws", ctypes.c_void_p * 4), ("ws_bytes", ctypes.c_int64 * 4),
+        *[(n, ctypes.c_int) for n in ("batch", "heads", "heads_k", "seqlen_q", "seqlen_k", "head_dim",
+                                       "is_bf16", "is_causal")],
+        ("p_dropout", ctypes.c_float), ("softmax_scale", ctypes.c_float),
+        ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
+        ("num_splits", ctypes.c_int), ("deterministic", ctypes.c_int)]
+
+
+@dataclass
+class Loaded:
+    """A loaded pinned build: the ctypes library and its manifest."""
+
+    lib: Any
+    manifest: dict[str, Any]
+    path: Path
+
+    def units(self) -> set[str]:
+        """The (phase:dtype:head_dim) entries the library holds."""
+        return {u for u in self.lib.kb_units().decode().split(";") if u}
+
+
+_LOADED: dict[str, Loaded] = {}
+
+
+def load(name: str) -> Loaded:
+    """Load the current build of revision `name` (built earlier, possibly on another machine)."""
+    if name in _LOADED:
+        return _LOADED[name]
+    folder = build_root() / name
+    cur = folder / "current"
+    if not cur.exists():
+        raise FileNotFoundError(f"no build of {name} under {folder}: run `python -m verifiers.pinned_build --rev {name}`"
+                                " and carry .kb/build/pinned to this machine")
+    path = folder / cur.read_text().strip()
+    manifest = json.loads((path / "manifest.json").read_text())
+    if manifest["source_sha"] != revision(name).sha:
+        raise RuntimeError(f"{path}: built from {manifest['source_sha']}, not the pin {revision(name).sha}")
+    if manifest["harness"]["sha256"] != harness_digest(revision(name)):
+        raise RuntimeError(f"{path}: built with another harness than verifiers/harness/{revision(name).harness}; rebuild")
+    lib = ctypes.CDLL(str(path / "libkb.so"))
+    for fn in ("kb_fwd", "kb_bwd"):
+        getattr(lib, fn).argtypes = [ctypes.POINTER(KbAttnArgs), ctypes.c_void_p]
+        getattr(lib, fn).restype = ctypes.c_int
+    lib.kb_workspace.argtypes = [ctypes.POINTER(KbAttnArgs), ctypes.c_int]
+    lib.kb_workspace.restype = ctypes.c_int
+    lib.kb_philox_increment.argtypes = [ctypes.POINTER(KbAttnArgs), ctypes.c_int]
+    lib.kb_philox_increment.restype = ctypes.c_uint64
+    lib.kb_units.restype = ctypes.c_char_p
+    lib.kb_last_error.restype = ctypes.c_char_p
+    _LOADED[name] = Loaded(lib, manifest, path)
+    return _LOADED[name]
+
+
+def provenance(name: str) -> dict[str, Any]:
+    """What a GPU run records about the build it used."""
+    m = load(name).manifest
+    return {k: m[k] for k in ("revision", "pin", "source_sha", "cutlass", "gencode", "flags", "compiler", "harness",
+                              "supplied_by_kb", "key", "library_sha256")}
+
+
+PROBES = "probes"
+
+
+def build_probes(log: Any = print) -> Path:
+    """kb's own GPU micro-probes (harness/probes.cu) as a library, cached by (source, flags, compiler)."""
+    from verifiers.compiled import _tool_version
+
+    compiler = _tool_version("nvcc")
+    src = HERE / "harness" / "probes.cu"
+    flags = ["-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC", "-shared",
+             "--cudart", "shared"]
+    key = _key(hashlib.sha256(src.read_bytes()).hexdigest(), flags, compiler)
+    out = build_root() / PROBES / key
+    if (out / "manifest.json").exists():
+        log(f"probes: cached build {key}")
+        _point_current(build_root() / PROBES, key)
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    res = subprocess.run(["nvcc", *flags, "-o", str(out / "libkb.so"), str(src)], capture_output=True, text=True,
+                         timeout=900)
+    if res.returncode != 0:
+        raise RuntimeError(f"nvcc failed on probes.cu:\n{res.stderr[-3000:]}")
+    manifest = {"revision": PROBES, "source": "kb (verifiers/harness/probes.cu)", "source_sha256":
+                hashlib.sha256(src.read_bytes()).hexdigest(), "flags": flags, "compiler": compiler, "key": key,
+                "compile_seconds": round(time.time() - t0, 1),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    _point_current(build_root() / PROBES, key)
+    log(f"probes: built {key} in {manifest['compile_seconds']} s")
+    return out
+
+
+def load_probes() -> tuple[Any, dict[str, Any]]:
+    """The probes library (ctypes) and its manifest; FileNotFoundError when not built here."""
+    folder = build_root() / PROBES
+    if not (folder / "current").exists():
+        raise FileNotFoundError(f"no probes build under {folder}: run `python -m verifiers.pinned_build --rev probes`")
+    path = folder / (folder / "current").read_text().strip()
+    manifest = json.loads((path / "manifest.json").read_text())
+    if manifest["source_sha256"] != hashlib.sha256((HERE / "harness" / "probes.cu").read_bytes()).hexdigest():
+        raise RuntimeError(f"{path}: built from another probes.cu; rebuild")
+    return ctypes.CDLL(str(path / "libkb.so")), manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: build the named revisions (default: all) with their default units."""
+    ap = argparse.ArgumentParser(prog="python -m verifiers.pinned_build", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rev", action="append",
+                    help=f"revision to build (repeatable); known: {', '.join([*REVISIONS, PROBES])}")
+    ap.add_argument("--unit", action="append", help="phase:dtype:head_dim to build instead of the defaults")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
+    args = ap.parse_args(argv)
+    try:
+        for name in args.rev or [*REVISIONS, PROBES]:
+            if name == PROBES:
+                build_probes()
+            else:
+                build(name, args.unit, args.jobs)
+    except (KeyError, FileNotFoundError, RuntimeError) as e:
+        print(f"pinned_build: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
