@@ -22,7 +22,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _reference(q, k, v, do, causal, dtype):  # noqa: ANN001, ANN202
+def _reference(q, k, v, do, causal, dtype):
     import torch
 
     q, k, v = (t.detach().to(dtype).transpose(1, 2).requires_grad_() for t in (q, k, v))

@@ -203,4 +203,43 @@ def render_status(db: sqlite_utils.Database) -> str:
                          f"flash-attn-4 {md(env.get('packages', {}).get('flash-attn-4', 'n/a'))}, "
                          f"triton {md(env.get('packages', {}).get('triton', 'n/a'))}")
         lines.append("")
+    lines += _kernel_profiles(db)
     return "\n".join(lines)
+
+
+# The implementations a GPU profile can name, pinned builds first, each beside its packaged descendant.
+_IMPL_ORDER = ("fa1-v1.0.9", "fa2-v2.0.0", "sdpa-flash", "fa3-2024-08", "fa4", "sdpa-cudnn", "sdpa-efficient", "flex")
+
+
+def _kernel_profiles(db: sqlite_utils.Database) -> list[str]:
+    """Launch figures of each kernel the GPU profiles saw: the pinned builds beside the packaged kernels.
+
+    One row per (kernel, head dim): threads per CTA / registers per thread / shared memory per CTA, from
+    the latest profile run of each implementation on a GPU (torch.profiler's figures).
+    """
+    cells: dict[tuple[str, int], dict[str, tuple[str, str]]] = defaultdict(dict)
+    for r in db.query("SELECT json, started FROM runs WHERE verifier = 'gpu.profile' AND hardware_class != 'cpu' "
+                      "AND verdict IN ('supports', 'refutes') ORDER BY started"):
+        run = json.loads(r["json"])
+        meas = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in run.get("measurements", {}).items()}
+        name = meas.get("focus_name")
+        if not name or meas.get("block_threads") is None:
+            continue
+        family = name.removeprefix("void ").split("(")[0].split("<")[0].removeprefix("pytorch_flash::")
+        if family.startswith("kernel_cutlass_kernel_"):  # CuTe DSL names: keep the class part
+            family = family.removeprefix("kernel_cutlass_kernel_").split("_object_at_")[0]
+        impl = run.get("params", {}).get("impl", "sdpa-flash")
+        d = int(run.get("params", {}).get("head_dim", 128))
+        cells[(family, d)][impl] = (f"{meas['block_threads']} / {meas.get('registers')} / {meas.get('smem_bytes')}",
+                                    r["started"] or "")
+    if not cells:
+        return []
+    impls = [i for i in _IMPL_ORDER if any(i in row for row in cells.values())]
+    out = ["## Kernel launch figures on the GPU: pinned builds beside packaged kernels", "",
+           "threads per CTA / registers per thread / shared memory bytes per CTA, as torch.profiler reports the "
+           "kernel in the latest profile run (kb's builds of the pins: fa1-v1.0.9, fa2-v2.0.0, fa3-2024-08; "
+           "sdpa-flash is PyTorch's vendored FA2).", "",
+           "| kernel | d | " + " | ".join(impls) + " |", "|---|---:|" + "---|" * len(impls)]
+    for (family, d), row in sorted(cells.items(), key=lambda kv: (min(_IMPL_ORDER.index(i) for i in kv[1]), kv[0])):
+        out.append(f"| `{md(family)}` | {d} | " + " | ".join(row.get(i, ("",))[0] for i in impls) + " |")
+    return [*out, ""]
