@@ -39,6 +39,7 @@ from kb.verify.registry import load_verifiers  # noqa: E402
 WORDS = ("tile", "softmax", "atomic", "warp", "register", "pipeline", "barrier", "causal", "split", "cluster",
          "tensor", "memory", "dQ", "dK", "rescale", "exp2", "TMA", "WGMMA", "occupancy", "shuffle")
 CLASSES = ("NVIDIA H200 sm_90", "NVIDIA A100-SXM4-80GB sm_80", "cpu")
+ARCHS = ("sm_90 (H200)", "sm_80", "sm_90a", "sm_100", "sm_80/sm_90")  # the list page's architecture filter
 
 
 def _size(path: Path) -> str:
@@ -86,6 +87,16 @@ def _clean_copy(tmp: Path) -> Path:
     return proj
 
 
+def _letters(i: int) -> str:
+    """0 -> 'a', 25 -> 'z', 26 -> 'ba': a unique word without digits."""
+    out = ""
+    while True:
+        out = chr(ord("a") + i % 26) + out
+        i //= 26
+        if not i:
+            return out
+
+
 def _synthetic_claims(n: int) -> list[dict[str, Any]]:
     """n valid claims: the anchor and check of a real H200 claim, varied text, vocabulary and relations."""
     data = yaml.safe_load((ROOT / "claims" / "gpu-h200.yaml").read_text())
@@ -94,10 +105,11 @@ def _synthetic_claims(n: int) -> list[dict[str, Any]]:
     for i in range(n):
         words = " ".join(WORDS[(i * k) % len(WORDS)] for k in (1, 3, 7, 11))
         c: dict[str, Any] = {
-            "id": f"syn.c{i:05d}.claim", "statement": f"Synthetic claim {i}: the {words} path behaves as the notes say.",
+            # The claim's number spelled in letters: a digit in a statement would have to be bound to a check.
+            "id": f"syn.c{i:05d}.claim", "statement": f"Synthetic claim {_letters(i)}: the {words} path behaves as the notes say.",
             "generation": GENERATIONS[i % len(GENERATIONS)], "phase": PHASES[i % len(PHASES)],
             "topics": [TOPICS[i % len(TOPICS)], TOPICS[(i * 7 + 3) % len(TOPICS)]] if i % 5 else [TOPICS[i % len(TOPICS)]],
-            "label": LABELS[i % len(LABELS)], "scope": copy.deepcopy(base["scope"]),
+            "label": LABELS[i % len(LABELS)], "scope": {**copy.deepcopy(base["scope"]), "arch": ARCHS[i % len(ARCHS)]},
             "anchors": copy.deepcopy(base["anchors"]),
         }
         c["topics"] = sorted(set(c["topics"]))

@@ -490,16 +490,38 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
 @export.command("site")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write the site into (created if missing).")
+@click.option("--previous", metavar="FILE|URL",
+              help="An earlier export's claims.json (a file, or the published site's URL) for the dashboard's "
+                   "'changes since the previous export'; default: the claims.json already in the output folder. "
+                   "An unreachable URL is reported and the section says so.")
 @click.pass_context
-def export_site(ctx: click.Context, output: Path) -> None:
-    """Build the static site into a folder."""
+def export_site(ctx: click.Context, output: Path, previous: str | None) -> None:
+    """Build the static site into a folder.
+
+    Example: `kb export site -o _site --previous https://example.github.io/kb/claims.json`
+    """
     from kb.export.site.build import build_site
 
     start = time.perf_counter()
     if output.exists() and not output.is_dir():
         raise BadInput(f"{output} is a file, not a folder")
+    prev_text = None
+    if previous and previous.startswith("https://"):
+        import requests
+
+        try:
+            resp = requests.get(previous, timeout=20)
+            resp.raise_for_status()
+            prev_text = resp.text
+        except requests.RequestException as exc:
+            click.echo(f"previous export not reachable ({exc}); comparing with {output} instead", err=True)
+    elif previous:
+        try:
+            prev_text = Path(previous).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"--previous {previous}: {exc.strerror or exc}") from None
     try:
-        n = build_site(_index(ctx).db, _cfg(ctx), output)
+        n = build_site(_index(ctx).db, _cfg(ctx), output, prev_text)
     except OSError as exc:
         raise BadInput(f"cannot write the site to {output}: {exc.strerror or exc}") from None
     click.echo(f"wrote {n} page(s) to {output} in {time.perf_counter() - start:.2f} s", err=True)

@@ -54,6 +54,10 @@ def _claims() -> list[dict[str, Any]]:
             "anchors": [note, {"source": "fa2-paper", "section": "3.1", "figure": "2"}],
             "checks": [], "review": "reading task",
         })
+    # A deck's version of a fact that the note states differently (issue #18): slide anchor + disagreement.
+    out[-1]["anchors"].append({"source": "fa-notes", "path": "docs/slides/fa2-forward.html", "slide": 3,
+                               "sha256": "ab" * 32})
+    out[-1]["disagrees_with"] = ["t.fa3.filler-4"]
     return out
 
 
@@ -89,7 +93,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = load_config(root=proj, db=str(proj / "kb.db"))
     out = proj / "site"
     n = build_site(open_index(cfg).db, cfg, out)
-    assert n == 6 + len(claims)  # dashboard, claims, matrix, generations, graph, sources + one page per claim
+    assert n == 7 + len(claims)  # dashboard, claims, claims-all, matrix, generations, graph, sources + a page per claim
     return out
 
 
@@ -118,7 +122,8 @@ def _parse(path: Path) -> _Refs:
 def test_links_resolve_and_nothing_external(site: Path) -> None:
     pages = sorted(site.rglob("*.html"))
     assert (site / ".nojekyll").exists() and (site / "claims.json").exists()
-    assert {p.name for p in pages} >= {"index.html", "claims.html", "sources.html", "generations.html", "matrix.html", "graph.html"}
+    assert {p.name for p in pages} >= {"index.html", "claims.html", "claims-all.html", "sources.html", "generations.html",
+                                       "matrix.html", "graph.html"}
     parsed = {p: _parse(p) for p in pages}
     external = 0
     for page, refs in parsed.items():
@@ -221,11 +226,11 @@ def test_in_browser(site: Path, browser: Any) -> None:
     browser.find_element(By.ID, "q").send_keys("filler tiling")
     wait.until(lambda d: _visible_rows(d) == total - 2)
     assert "7 of 9" in browser.find_element(By.ID, "count").text
-    Select(browser.find_element(By.ID, "f-generation")).select_by_visible_text("FA3")
+    Select(browser.find_element(By.ID, "f-generation")).select_by_value("FA3")
     wait.until(lambda d: _visible_rows(d) == 3)
     assert "generation=FA3" in browser.current_url
     browser.find_element(By.ID, "q").clear()
-    Select(browser.find_element(By.ID, "f-generation")).select_by_visible_text("FA2")
+    Select(browser.find_element(By.ID, "f-generation")).select_by_value("FA2")
     wait.until(lambda d: _visible_rows(d) == 2)
     # Search covers review reasons, and '_' '-' '.' separate words as in the CLI's full-text search.
     Select(browser.find_element(By.ID, "f-generation")).select_by_value("")
@@ -235,7 +240,7 @@ def test_in_browser(site: Path, browser: Any) -> None:
     browser.find_element(By.ID, "q").send_keys("reading task")
     wait.until(lambda d: _visible_rows(d) == 8)
     browser.find_element(By.ID, "q").clear()
-    Select(browser.find_element(By.ID, "f-generation")).select_by_visible_text("FA2")
+    Select(browser.find_element(By.ID, "f-generation")).select_by_value("FA2")
     wait.until(lambda d: _visible_rows(d) == 2)
     assert not _severe(browser)
     assert all(u.startswith("file://") for u in _resources(browser)), _resources(browser)
@@ -345,3 +350,32 @@ def test_a_kernel_list_is_shown_once_per_claim_page() -> None:
             {"run_id": "c", "kernels": ["k3"]}, {"run_id": "d", "kernels": []}]
     out = _dedupe_kernels(runs)
     assert [r.get("kernels_same_as") for r in out] == [None, "a", None, None]
+
+
+def test_deck_disagreements_and_slide_anchors_are_shown(site: Path) -> None:
+    """The dashboard lists each deck/note disagreement once with both statuses; claim pages link the slide."""
+    index = (site / "index.html").read_text(encoding="utf-8")
+    section = index.split("Deck and note disagreements", 1)[1].split("<h2", 1)[0]
+    assert section.count("t.cross.filler-6") == 2 and section.count("t.fa3.filler-4") == 2  # link text + href
+    page = (site / "claims" / "t.cross.filler-6.html").read_text(encoding="utf-8")
+    assert "docs/slides/fa2-forward.html slide 3" in page and "disagrees with" in page
+    other = (site / "claims" / "t.fa3.filler-4.html").read_text(encoding="utf-8")
+    assert "disagreed with by" in other
+
+
+def test_changes_compare_with_a_previous_export_handed_in(project: Path, tmp_path: Path) -> None:
+    """CI builds into a fresh folder: --previous takes the published claims.json to compare with."""
+    from tests.conftest import kb_subprocess as _kb
+
+    out = tmp_path / "first"
+    assert _kb(project, "export", "site", "-o", str(out)).returncode == 0
+    prev = json.loads((out / "claims.json").read_text())
+    prev["claims"] = [c for c in prev["claims"] if c["id"] != prev["claims"][0]["id"]]  # one claim "new" now
+    (tmp_path / "prev.json").write_text(json.dumps(prev))
+    fresh = tmp_path / "fresh"
+    res = _kb(project, "export", "site", "-o", str(fresh), "--previous", str(tmp_path / "prev.json"))
+    assert res.returncode == 0, res.stderr
+    index = (fresh / "index.html").read_text()
+    assert "1 new claim(s), 0 removed" in index
+    missing = _kb(project, "export", "site", "-o", str(fresh), "--previous", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "nope.json" in missing.stderr

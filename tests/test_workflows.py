@@ -10,7 +10,7 @@ import yaml
 WF = Path(__file__).resolve().parent.parent / ".github" / "workflows"
 # Majors that still run on the retired Node 20 runtime (GitHub removed it from runners in 2026).
 NODE20 = {"actions/checkout": 4, "actions/setup-python": 5, "actions/upload-artifact": 4,
-          "actions/upload-pages-artifact": 3, "actions/deploy-pages": 4}
+          "actions/upload-pages-artifact": 3, "actions/deploy-pages": 4, "actions/configure-pages": 5}
 
 
 def _load(name: str) -> dict:

@@ -98,7 +98,28 @@ MAX_EXPANDED = 2_000_000  # nodes after aliases are expanded: the corpus's large
 MAX_DEPTH = 64
 
 
-def _bounded(root: Any, display: str) -> Problem | None:
+def _tree_bounded(root: Any, display: str) -> Problem | None:
+    """`_bounded` for a document without anchors: a plain tree, so one top-down walk counts and measures it."""
+    stack = [(root, 1)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH:
+            return Problem(display, node.start_mark.line + 1, f"nests deeper than {MAX_DEPTH} levels")
+        if count > MAX_EXPANDED:
+            return Problem(display, node.start_mark.line + 1,
+                           f"expands to more than {MAX_EXPANDED} YAML nodes (aliases inside aliases?)")
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.append((k, depth + 1))
+                stack.append((v, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((c, depth + 1) for c in node.value)
+    return None
+
+
+def _bounded(root: Any, display: str, may_alias: bool = True) -> Problem | None:
     """Refuse documents whose alias expansion or nesting is unbounded in practice (billion laughs, deep nests).
 
     Aliases (`*name`) are fine for small reuse; the expanded size is computed per
@@ -106,6 +127,8 @@ def _bounded(root: Any, display: str) -> Problem | None:
     """
     if root is None:
         return None
+    if not may_alias:
+        return _tree_bounded(root, display)
     size: dict[int, int] = {}
     depth_of: dict[int, int] = {}
     order: list[Any] = []
@@ -145,7 +168,7 @@ def read_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
     loader.duplicate_keys = []
     try:
         node = loader.get_single_node()
-        bounded = _bounded(node, display)
+        bounded = _bounded(node, display, may_alias="&" in text)  # no anchor, no alias: a tree
         if bounded:
             return None, [bounded]
         if node is None:

@@ -43,10 +43,13 @@ def _run_lines(text: str, n: int) -> list[int]:
         return out
     dec = json.JSONDecoder()
     pos = m.end()
+    line, counted = 1, 0  # newlines are counted once, from where the previous element started
     for i in range(n):
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
-        out[i] = text.count("\n", 0, pos) + 1
+        line += text.count("\n", counted, pos)
+        counted = pos
+        out[i] = line
         try:
             _, pos = dec.raw_decode(text, pos)
         except (ValueError, RecursionError):
@@ -81,20 +84,27 @@ def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Proble
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
         return [], [Problem(display, 1, f"is not an evidence file of format {FORMAT} (a mapping with 'format' and 'runs')")]
     runs, problems = [], []
-    lines = _run_lines(text, len(data["runs"]))
+    found: list[list[int]] = []
+
+    def line_of(i: int) -> int:
+        # Located only when a run has a problem: finding every run's line costs a second parse of the file.
+        if not found:
+            found.append(_run_lines(text, len(data["runs"])))
+        return found[0][i]
+
     for i, item in enumerate(data["runs"]):
         try:
             run = Run.model_validate(item)
         except ValidationError as exc:
             err = exc.errors()[0]
-            problems.append(Problem(display, lines[i], f"run {i}: field {'.'.join(map(str, err['loc']))}: "
+            problems.append(Problem(display, line_of(i), f"run {i}: field {'.'.join(map(str, err['loc']))}: "
                                                        f"{err['msg'].removeprefix('Value error, ')}"))
             continue
         except (RecursionError, ValueError) as exc:
-            problems.append(Problem(display, lines[i], f"run {i}: {str(exc)[:120]}"))
+            problems.append(Problem(display, line_of(i), f"run {i}: {str(exc)[:120]}"))
             continue
         if run.run_id != run.compute_id():
-            problems.append(Problem(display, lines[i], f"run {i}: run_id {run.run_id} does not match its content "
+            problems.append(Problem(display, line_of(i), f"run {i}: run_id {run.run_id} does not match its content "
                                                        "(edited by hand?)"))
             continue
         run._recorded = file_stamp(path)

@@ -4,7 +4,9 @@ Layout of the output folder (every link relative, so it works from file://
 and from GitHub Pages, and nothing is fetched from another host):
 
     index.html          dashboard: counts, status by generation and label, hardware summary
-    claims.html         every claim, server-rendered; claims.js filters it in place
+    claims.html         the claim list: its first page server-rendered; claims.js filters, sorts and pages it
+                        from the index below, so 10,000 claims never become 10,000 table rows
+    claims-all.html     every claim on one page, no script needed (what claims.html links to without JavaScript)
     claims.json         the filter index (one small record per claim)
     claims-index.js     the same index as a script, for file:// where fetch() of a file is refused
     claims/<id>.html    one page per claim
@@ -28,15 +30,19 @@ from urllib.parse import urlencode
 
 import sqlite_utils
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
+from markupsafe import Markup
 
 from kb.config import Config
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
+from kb.export.site.charts import gpu_charts
 from kb.export.site.data import (
     SOURCE_KINDS,
     SiteData,
     anchor_view,
     constants_named,
     count_by,
+    disagreements,
+    facets,
     fmt_expect,
     fmt_value,
     generation_view,
@@ -47,13 +53,15 @@ from kb.export.site.data import (
     run_view,
     source_links,
 )
-from kb.export.site.svg import stacked_bars, value_bars
+from kb.export.site.svg import Bar, stacked_bars, value_bars
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
 PACKAGE_SITE = Path(__file__).resolve().parents[3] / "site"
 
 # Evidence grades (kb/index/strength.py GRADES), strongest first, then claims no check decides.
 STRENGTHS = ("measured", "derived", "cited", "restated", "none")
+# Claims the list page renders on the server (the rest come from the index, one page at a time).
+PAGE_SIZE = 100
 
 
 def site_dir(cfg: Config) -> Path:
@@ -79,7 +87,14 @@ def _filter_href(**params: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    """Write `text` unless the file already holds it (a re-export rewrites only what changed, and keeps mtimes)."""
+    data = text.encode("utf-8")
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    path.write_bytes(data)
 
 
 def _render(tpl: Template, path: Path, **ctx: Any) -> None:
@@ -89,7 +104,7 @@ def _render(tpl: Template, path: Path, **ctx: Any) -> None:
 def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
     """One inline chart per hardware class: the latest TFLOP/s of each throughput claim, against the peak."""
     charts = []
-    per_class: dict[str, list[tuple[str, float, str]]] = {}
+    per_class: dict[str, list[Bar]] = {}
     peaks: dict[str, float] = {}
     for c in data.claims:
         seen: set[str] = set()
@@ -99,8 +114,8 @@ def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
                 continue
             seen.add(r["hardware_class"])
             impl = (r.get("params") or {}).get("impl", "sdpa-flash")
-            per_class.setdefault(r["hardware_class"], []).append((f"{impl} · {c['id']}", float(tf["value"]),
-                                                                  f"claims/{c['id']}.html"))
+            per_class.setdefault(r["hardware_class"], []).append(Bar(f"{impl} · {c['id']}", float(tf["value"]),
+                                                                     f"claims/{c['id']}.html"))
             # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
             for sid, src in data.sources.items():
                 peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
@@ -108,7 +123,7 @@ def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
                     peaks[r["hardware_class"]] = float(peak)
     for hw, rows in sorted(per_class.items()):
         ref = ("dense bf16 peak", peaks[hw]) if hw in peaks else None
-        charts.append((hw, value_bars(sorted(rows, key=lambda x: -x[1]), "TFLOP/s", f"Measured TFLOP/s on {hw}", ref)))
+        charts.append((hw, value_bars(sorted(rows, key=lambda b: -b.value), "TFLOP/s", f"Measured TFLOP/s on {hw}", ref)))
     return charts
 
 
@@ -128,7 +143,7 @@ def _dashboard_context(data: SiteData) -> dict[str, Any]:
         "strength_chart": stacked_bars(strengths, STRENGTHS, lambda g, s: _filter_href(generation=g, strength=s),
                                        "Claims per generation by evidence strength"),
         "hardware": hardware_summary(data), "pending": pending_hardware(data.claims),
-        "benchmarks": _benchmarks(data),
+        "benchmarks": _benchmarks(data), "disagreements": disagreements(data.claims),
         "filter_href": _filter_href,
     }
 
@@ -141,10 +156,19 @@ def _graph_context(graph: Graph) -> dict[str, Any]:
         sub = by_note(graph, note)
         if sub.edges:
             views.append((note, len(sub.nodes), len(sub.edges),
-                          to_svg(sub, href=lambda cid: f"claims/{cid}.html", group_by="section",
-                                 title=f"relations among the claims of {note}")))
+                          linked_svg(to_svg(sub, href=lambda cid: f"claims/{cid}.html", group_by="section",
+                                            title=f"relations among the claims of {note}"))))
     counts = {r: sum(1 for e in graph.edges if e[2] == r) for r in RELATIONS}
     return {"views": views, "counts": counts, "n_linked": len({n for a, b, _ in graph.edges for n in (a, b)})}
+
+
+def linked_svg(svg: Markup) -> Markup:
+    """A drawing whose nodes are links is a group of links, not one image (`role="img"` hides them from
+    assistive technology, and axe reports links nested in an image). kb.export.graph draws it as an image."""
+    text = str(svg)
+    if "<a href" in text:
+        text = text.replace(' role="img" ', ' role="group" ', 1)
+    return Markup(text)
 
 
 def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
@@ -153,7 +177,8 @@ def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
                "constants": constants_named(ch.get("params", {}), data.sources)} for ch in c.get("checks", [])]
     scope = [(k, v) for k, v in (c.get("scope") or {}).items() if v]
     return {"c": c, "anchors": [anchor_view(a, data.sources) for a in c.get("anchors", [])], "checks": checks,
-            "scope": scope, "runs": _dedupe_kernels([run_view(r) for r in c["runs"]]), "filter_href": _filter_href}
+            "scope": scope, "runs": _dedupe_kernels([run_view(r) for r in c["runs"]]), "filter_href": _filter_href,
+            "charts": gpu_charts(c, data.sources)}
 
 
 def _dedupe_kernels(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -194,14 +219,14 @@ def _write_index(data: SiteData, out: Path) -> None:
     _write(out / "claims-index.js", "window.KB_CLAIMS = " + text.replace("<", "\\u003c") + ";\n")
 
 
-def changes_since(out: Path, data: SiteData) -> dict[str, Any] | None:
-    """What changed since the export already in `out` (its claims.json): new, removed, status moves.
+def changes_since(out: Path, data: SiteData, previous: str | None = None) -> dict[str, Any] | None:
+    """What changed since the previous export: new, removed, status moves.
 
-    None when there is no earlier export to compare with (a first build, or CI's fresh folder).
+    The previous export is the claims.json text handed in (`kb export site --previous`, e.g. the
+    published site's, fetched by CI), else the one already in `out`. None when there is none.
     """
-    prev_path = out / "claims.json"
     try:
-        prev = json.loads(prev_path.read_text(encoding="utf-8"))
+        prev = json.loads(previous if previous is not None else (out / "claims.json").read_text(encoding="utf-8"))
         before = {c["id"]: c["status"] for c in prev.get("claims", [])}
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -239,8 +264,11 @@ def corpus_revision(root: Path) -> dict[str, Any] | None:
     return {"sha": sha, "date": date[:10], "dirty": dirty}
 
 
-def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
-    """Write the static site for the index `db` into `out`; return the number of HTML pages written."""
+def build_site(db: sqlite_utils.Database, cfg: Config, out: Path, previous: str | None = None) -> int:
+    """Write the static site for the index `db` into `out`; return the number of HTML pages written.
+
+    `previous` is the text of an earlier export's claims.json to compare with (default: the one in `out`).
+    """
     data = load_site(db)
     base = site_dir(cfg)
     env = environment(base / "templates")
@@ -248,15 +276,16 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
     (out / "claims").mkdir(exist_ok=True)
     _copy_static(base / "static", out / "static")
     _write(out / ".nojekyll", "")
-    changes = changes_since(out, data)  # read the previous claims.json before overwriting it
+    changes = changes_since(out, data, previous)  # read the previous claims.json before overwriting it
     _write_index(data, out)
 
     topics = sorted({t for c in data.claims for t in c["topics"]}, key=lambda t: TOPICS.index(t) if t in TOPICS else 999)
+    list_ctx = {"total": len(data.claims), "facets": facets(data, topics), "page_size": PAGE_SIZE}
     pages = {
         "index.html": ("index.html", {**_dashboard_context(data), "changes": changes,
                                       "revision": corpus_revision(cfg.root)}),
-        "claims.html": ("claims.html", {"claims": data.claims, "topics": topics, "classes": data.classes,
-                                        "sources": sorted(data.sources)}),
+        "claims.html": ("claims.html", {**list_ctx, "claims": data.claims[:PAGE_SIZE], "full": False}),
+        "claims-all.html": ("claims.html", {**list_ctx, "claims": data.claims, "full": True}),
         "matrix.html": ("matrix.html", {"claims": [c for c in data.claims if c.get("checks")], "classes": data.classes}),
         "generations.html": ("generations.html", {"gens": generation_view(data.claims, data.sources),
                                                   "filter_href": _filter_href}),
@@ -276,7 +305,8 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path) -> int:
         hood = None
         if c["id"] in linked:
             sub = neighbourhood(graph, c["id"], 2)
-            hood = to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}", highlight=c["id"])
+            hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
+                                     highlight=c["id"]))
         _render(claim_tpl, out / "claims" / name, root="../", page="claim", graph=hood, **_claim_context(c, data))
     _remove_stale_pages(out / "claims", keep)
     return len(pages) + len(keep)

@@ -18,11 +18,13 @@ from urllib.parse import quote
 
 import sqlite_utils
 
-from kb.records.vocab import GENERATIONS, LABELS, STATUSES
+from kb.index.rests import RESTS
+from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES
 
 OVERALL = "*"
 # (field on the claim, how the relation reads from the other end)
-RELATIONS = (("depends_on", "depended on by"), ("refines", "refined by"), ("supersedes", "superseded by"))
+RELATIONS = (("depends_on", "depended on by"), ("refines", "refined by"), ("supersedes", "superseded by"),
+             ("disagrees_with", "disagreed with by"))
 LOCATORS = ("section", "figure", "table", "equation", "algorithm")
 SOURCE_KINDS = ("notes", "paper", "repo", "web", "hardware", "private")
 _UNSAFE_URL_CHARS = frozenset(" \"'<>`\\\n\r\t")
@@ -110,6 +112,13 @@ def _attach_relations(claims: list[dict[str, Any]], by_id: dict[str, dict[str, A
                     by_id[other]["related"].append((inverse, c["id"], True))
 
 
+def disagreements(claims: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of claims stating one fact differently (a deck against its note), each pair once, both sides."""
+    by_id = {c["id"]: c for c in claims}
+    pairs = {tuple(sorted((c["id"], other))) for c in claims for other in c.get("disagrees_with", []) if other in by_id}
+    return [(by_id[a], by_id[b]) for a, b in sorted(pairs)]
+
+
 def safe_url(url: Any) -> str | None:
     """The URL if it is a plain https:// URL, else None: data never becomes a javascript: href."""
     if isinstance(url, str) and url.startswith("https://") and not (_UNSAFE_URL_CHARS & set(url)):
@@ -128,7 +137,14 @@ def anchor_view(anchor: dict[str, Any], sources: dict[str, dict[str, Any]]) -> d
     view: dict[str, Any] = {"source": anchor["source"], "title": src.get("title"), "kind": kind,
                             "url": None, "text": anchor["source"], "details": []}
     path = anchor.get("path") or ""
-    if kind == "notes":
+    if kind == "notes" and anchor.get("slide"):
+        # A slide of a deck: the deck's source at the pinned commit (GitHub shows HTML as source) and its position.
+        commit = src.get("commit", "")
+        if base := safe_url(src.get("repo")):
+            view["url"] = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}"
+        view["text"] = f"{path} slide {anchor['slide']}"
+        view["details"].append(f"slide deck at commit {commit[:12]}; slide text sha256 {str(anchor.get('sha256'))[:12]}")
+    elif kind == "notes":
         commit, heading = src.get("commit", ""), anchor.get("heading") or ""
         if base := safe_url(src.get("repo")):
             view["url"] = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}#{quote(heading, safe='-_')}"
@@ -317,17 +333,66 @@ def generation_view(claims: list[dict[str, Any]], sources: dict[str, dict[str, A
     return out
 
 
+ARCH_TOKEN = re.compile(r"\bsm_\d+[a-z]?\b|\b[ABHLR]\d{2,3}\b")
+
+
+def arch_values(claims: Iterable[dict[str, Any]]) -> list[str]:
+    """The architectures scopes name (sm_80, sm_90a, H200, ...): the arch filter's choices.
+
+    Like `kb claims --arch`, choosing one matches every scope whose arch text contains it
+    (case-insensitive), so sm_90 also finds 'sm_90a' and 'sm_80/sm_90'.
+    """
+    found = {t for c in claims for t in ARCH_TOKEN.findall(str((c.get("scope") or {}).get("arch") or ""))}
+    return sorted(found, key=lambda t: (not t.startswith("sm_"), int(re.sub(r"\D", "", t) or 0), t))
+
+
+def facets(data: SiteData, topics: list[str]) -> list[dict[str, Any]]:
+    """The claim list's filters, each with its choices and how many claims each choice has (before filtering).
+
+    The same filters as `kb claims` (generation, topic, phase, label, status, source, arch, rests-on,
+    strength), plus the hardware class a status was found on. claims.js recounts them as filters combine.
+    """
+    cs = data.claims
+    arch_text = [str((c.get("scope") or {}).get("arch") or "").lower() for c in cs]
+
+    def tally(values: Iterable[str], of: Iterable[Iterable[str]]) -> list[tuple[str, int]]:
+        counts: Counter[str] = Counter(v for vs in of for v in set(vs))
+        return [(v, counts.get(v, 0)) for v in values]
+
+    strengths = ("measured", "derived", "cited", "restated", "none")
+    arch = arch_values(cs)
+    return [
+        {"name": "generation", "label": "Generation", "values": tally(GENERATIONS, ([c["generation"]] for c in cs))},
+        {"name": "topic", "label": "Topic", "values": tally(topics, (c["topics"] for c in cs))},
+        {"name": "phase", "label": "Phase", "values": tally(PHASES, ([c["phase"]] for c in cs))},
+        {"name": "label", "label": "Label", "values": tally(LABELS, ([c["label"]] for c in cs))},
+        {"name": "status", "label": "Status", "values": tally(STATUSES, ([c["overall"]["status"]] for c in cs))},
+        {"name": "strength", "label": "Strength", "values": tally(strengths, ([c["overall"]["strength"]] for c in cs))},
+        {"name": "rests_on", "label": "Rests on", "values": tally(RESTS, ([c["overall"].get("rests_on") or ""] for c in cs))},
+        {"name": "arch", "label": "Architecture",
+         "values": [(a, sum(a.lower() in t for t in arch_text)) for a in arch]},
+        {"name": "hardware", "label": "Hardware", "values": tally(data.classes, (c["classes"] for c in cs))},
+        {"name": "source", "label": "Source", "values": tally(sorted(data.sources), (c["sources"] for c in cs))},
+    ]
+
+
 def index_json(data: SiteData) -> dict[str, Any]:
     """The claim list's filter index (claims.json): one small record per claim."""
-    return {
-        "format": 1,
-        "statuses": list(STATUSES),
-        "claims": [{
+    def record(c: dict[str, Any]) -> dict[str, Any]:
+        out = {
             "id": c["id"], "statement": c["statement"], "generation": c["generation"], "phase": c["phase"],
             "label": c["label"], "status": c["overall"]["status"], "strength": c["overall"]["strength"],
             "topics": c["topics"], "sources": c["sources"],
             "classes": {hw: s["status"] for hw, s in c["classes"].items()},
-            # The CLI's full-text search covers review reasons too; the page's search must find the same claims.
-            **({"review": c["review"]} if c.get("review") else {}),
-        } for c in data.claims],
-    }
+        }
+        # The CLI's full-text search covers review reasons too; the page's search must find the same claims.
+        if c.get("review"):
+            out["review"] = c["review"]
+        if arch := (c.get("scope") or {}).get("arch"):
+            out["arch"] = str(arch)
+        if c["overall"].get("rests_on"):
+            out["rests_on"] = c["overall"]["rests_on"]
+        return out
+
+    return {"format": 1, "statuses": list(STATUSES), "generations": list(GENERATIONS),
+            "strengths": ["measured", "derived", "cited", "restated", "none"], "claims": [record(c) for c in data.claims]}
