@@ -69,7 +69,10 @@ def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Problems as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, as_json: bool) -> None:
-    """Check every claim and source file; exit 2 with file:line errors."""
+    """Check every claim and source file; exit 2 with file:line errors.
+
+    Example: `kb validate`
+    """
     from kb.index.store import check_files
 
     corpus, _, _, problems = check_files(_cfg(ctx))
@@ -194,7 +197,10 @@ def search(ctx: click.Context, text: str, limit: int, **kwargs: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The claim, its statuses and evidence as one JSON document.")
 @click.pass_context
 def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
-    """One claim: statement, scope, anchors, checks, status per hardware class, evidence."""
+    """One claim: statement, scope, anchors, checks, status per hardware class, evidence.
+
+    Example: `kb show fa2.bwd.dq-atomic-accumulation --json`
+    """
     from kb.index.query import get_claim
 
     rec = get_claim(_index(ctx).db, claim_id)
@@ -277,7 +283,10 @@ def sources(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="What this machine can run, as JSON.")
 @click.pass_context
 def hw(ctx: click.Context, as_json: bool) -> None:
-    """What this machine is and which verifier kinds it can run."""
+    """What this machine is and which verifier kinds it can run.
+
+    Example: `kb hw --json`
+    """
     from kb.verify.hw import capabilities, probe
     from kb.verify.registry import load_verifiers
 
@@ -316,7 +325,10 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | None, topic: str | None,
            kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
            online: bool, as_json: bool) -> None:
-    """Run the checks this machine can run; record evidence; print a summary."""
+    """Run the checks this machine can run; record evidence; print a summary.
+
+    Example: `kb verify -g fa2 --kind pinned-code --plan`
+    """
     import os
 
     from kb.verify.session import UnknownClaim
@@ -341,7 +353,10 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | Non
 @click.argument("ids", nargs=-1)
 @click.pass_context
 def sources_fetch(ctx: click.Context, ids: tuple[str, ...]) -> None:
-    """Clone the pinned repositories into .kb/clones (partial, idempotent); exit 3 if some could not be fetched."""
+    """Clone the pinned repositories into .kb/clones (partial, idempotent); exit 3 if some could not be fetched.
+
+    Example: `kb sources fetch flash-attention cutlass`
+    """
     from kb.pinned.fetch import fetch_sources
 
     cfg = _cfg(ctx)
@@ -443,7 +458,10 @@ def evidence() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
 def evidence_import(ctx: click.Context, files: tuple[Path, ...]) -> None:
-    """Merge evidence files (content-addressed: re-importing adds nothing)."""
+    """Merge evidence files (content-addressed: re-importing adds nothing).
+
+    Example: `kb evidence import other-host/evidence/*/*.json`
+    """
     from kb.verify.evidence import import_files
 
     known = set(_index(ctx).corpus().claims)
@@ -470,7 +488,10 @@ def export() -> None:
               help="Write to this file (default STATUS.md in the project).")
 @click.pass_context
 def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
-    """Write STATUS.md from the knowledge base."""
+    """Write STATUS.md from the knowledge base.
+
+    Example: `kb export status --check`
+    """
     from kb.export.status_md import render_status
 
     cfg = _cfg(ctx)
@@ -563,7 +584,10 @@ def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
 @click.pass_context
 def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
           as_json: bool) -> None:
-    """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check)."""
+    """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check).
+
+    Example: `kb audit --offline`
+    """
     from kb.audit.run import run_audit
 
     if record_web:
@@ -593,7 +617,10 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file instead of stdout.")
 @click.pass_context
 def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None, fmt: str, output: Path | None) -> None:
-    """The claim graph (depends_on, refines, supersedes): a claim's neighbourhood, a note, or every related claim."""
+    """The claim graph (depends_on, refines, supersedes): a claim's neighbourhood, a note, or every related claim.
+
+    Example: `kb graph fa2.bwd.dq-atomic-accumulation --depth 2 --format svg > g.svg`
+    """
     from kb.export.graph import by_note, graph_text, load_graph, neighbourhood
 
     g = load_graph(_index(ctx).db)
@@ -628,7 +655,10 @@ def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None
 @click.option("--json", "as_json", is_flag=True, help="The plan (or what was applied) as JSON.")
 @click.pass_context
 def repin(ctx: click.Context, source_id: str, pin: str, ref: str, write: bool, as_json: bool) -> None:
-    """Advance a tracking pin (or the notes commit: PIN `commit`) to a newer ref; re-anchor, re-check, report."""
+    """Advance a tracking pin (or the notes commit: PIN `commit`) to a newer ref; re-anchor, re-check, report.
+
+    Example: `kb repin flash-attention current-2026-07-22 --to main`
+    """
     from kb.index.store import check_files
     from kb.maintain.repin import RepinError, plan_repin, write_repin
 
@@ -697,7 +727,10 @@ def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...]
 @click.option("--json", "as_json", is_flag=True, help="Coverage per note as JSON.")
 @click.pass_context
 def coverage(ctx: click.Context, as_json: bool) -> None:
-    """Which sections of the pinned notes have claims; exit 1 if a checkable section has none."""
+    """Which sections of the pinned notes have claims; exit 1 if a checkable section has none.
+
+    Example: `kb coverage --json`
+    """
     from kb.audit.coverage import CoverageError
     from kb.audit.coverage import coverage as run_coverage
 

@@ -83,3 +83,23 @@ def test_piped_table_keeps_its_headers(project: Path) -> None:
     """A short last column does not cut the header when piped ("claims", not "cla…")."""
     out = kb_subprocess(project, "verify").stdout
     assert out.splitlines()[0].split() == ["status", "claims"]
+
+
+def test_every_command_has_an_example_and_every_option_help() -> None:
+    """`kb CMD --help` shows what each option does and one example invocation (issue #16)."""
+    import click
+
+    from kb.cli import cli
+
+    def walk(cmd: click.Command, prefix: str = ""):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, f"{prefix} {name}".strip())
+        else:
+            yield prefix, cmd
+
+    for name, cmd in walk(cli):
+        assert "Example" in (cmd.help or "") or "`kb " in (cmd.help or ""), f"kb {name}: no example in its help"
+        for p in cmd.params:
+            if isinstance(p, click.Option):
+                assert p.help, f"kb {name} {p.opts[0]}: no help text"
