@@ -310,8 +310,10 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--claim", "claim_ids", multiple=True, help="Claim id (repeatable).")
-@click.option("--generation", "-g", type=_choice(GENERATIONS), help="Only claims of this generation (any case).")
-@click.option("--topic", "-t", type=_choice(TOPICS), help="Only claims with this topic.")
+@click.option("--generation", "-g", "generations", multiple=True, type=_choice(GENERATIONS),
+              help="Only claims of this generation (any case; repeatable: any of them).")
+@click.option("--topic", "-t", "topics", multiple=True, type=_choice(TOPICS),
+              help="Only claims with this topic (repeatable: any of them).")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(VERIFIER_KINDS),
               help="Only checks of this verifier kind (repeatable), e.g. cpu-check, gpu-benchmark.")
 @click.option("--plan", "plan_only", is_flag=True, help="Show what would run and why others are skipped.")
@@ -322,7 +324,7 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 @click.option("--online", is_flag=True, help="Fetch cited files of GitHub-hosted sources that have no local clone.")
 @click.option("--json", "as_json", is_flag=True, help="The run summary as JSON.")
 @click.pass_context
-def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | None, topic: str | None,
+def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...],
            kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
            online: bool, as_json: bool) -> None:
     """Run the checks this machine can run; record evidence; print a summary.
@@ -338,7 +340,7 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generation: str | Non
         os.environ["KB_ONLINE"] = "1"  # read by the plan and inherited by the workers
 
     try:
-        result = run_verify(_cfg(ctx), _index(ctx), claim_ids, generation, topic, set(kinds) or None, plan_only,
+        result = run_verify(_cfg(ctx), _index(ctx), claim_ids, generations, topics, set(kinds) or None, plan_only,
                             force, jobs, timeout, progress=_progress)
     except UnknownClaim as exc:
         raise BadInput(str(exc)) from None

@@ -85,3 +85,10 @@ def test_a_consumed_given_reaches_the_verifier(project: Path) -> None:
     (project / "claims" / "bind.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     summary = json.loads(kb_subprocess(project, "verify", "--json").stdout)
     assert "test.bind.consumed" in summary["refuted"]
+
+
+def test_a_percentage_range_binds_both_ends() -> None:
+    from kb.records.binding import statement_numbers
+
+    got = {(text, unit) for text, _, unit in statement_numbers("GEMM kernels reach 80-90% of peak; 36 SMs")}
+    assert ("80", "%") in got and ("90%", "%") in got and ("36", None) in got

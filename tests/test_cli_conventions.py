@@ -103,3 +103,18 @@ def test_every_command_has_an_example_and_every_option_help() -> None:
         for p in cmd.params:
             if isinstance(p, click.Option):
                 assert p.help, f"kb {name} {p.opts[0]}: no help text"
+
+
+def test_verify_repeated_generation_filters_combine() -> None:
+    """`kb verify -g fa1 -g fa3` plans the checks of both generations (it kept only the last one before)."""
+    from kb.config import load_config
+    from kb.index.store import open_index
+    from kb.verify.session import select_claims
+
+    root = Path(__file__).resolve().parent.parent
+    corpus = open_index(load_config(root)).corpus()
+    both = select_claims(corpus, generation=("FA1", "FA3"))
+    assert set(select_claims(corpus, generation="FA1")) | set(select_claims(corpus, generation="FA3")) == set(both)
+    assert {corpus.claims[c].generation for c in both} == {"FA1", "FA3"}
+    tops = select_claims(corpus, topic=("dropout", "atomics"))
+    assert all({"dropout", "atomics"} & set(corpus.claims[c].topics) for c in tops)

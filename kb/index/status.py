@@ -21,8 +21,8 @@ ANY_CLASS = "*"
 PRECEDENCE = ["refuted", "stale", "verified", "inconclusive", "needs-hardware", "unverified", "review-only"]
 
 
-def _stale_reason(claim: Claim, run: Run, spec: VerifierSpec | None) -> str | None:
-    if run.claim_hash != claim.content_hash():
+def _stale_reason(claim: Claim, run: Run, spec: VerifierSpec | None, claim_hash: str | None = None) -> str | None:
+    if run.claim_hash != (claim_hash or claim.content_hash()):
         return "the claim's statement, scope or checks changed after this evidence"
     if spec is None:
         return f"verifier {run.verifier} no longer exists"
@@ -127,7 +127,8 @@ def _summary(entries: list[Mapping[str, Any]], prefix: str) -> str:
 
 def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> Status:
     ids = [r.run_id for r in runs]
-    stale = [s for r in runs if (s := _stale_reason(claim, r, registry.get(r.verifier)))]
+    claim_hash = claim.content_hash()  # once per claim and class, not once per run
+    stale = [s for r in runs if (s := _stale_reason(claim, r, registry.get(r.verifier), claim_hash))]
     verdicts = {r.verdict for r in runs}
     refuting = [r for r in runs if r.verdict == "refutes"]
     strength = None

@@ -55,13 +55,19 @@ def statement_numbers(statement: str) -> list[tuple[str, float, str | None]]:
     "41,600" is one number; inside brackets ("O[64,128]", "(0,1)") a comma separates numbers.
     """
     out = []
-    for m in NUMBER.finditer(statement):
+    matches = list(NUMBER.finditer(statement))
+    for i, m in enumerate(matches):
         before = statement[m.start() - 1] if m.start() else ""
         after = statement[m.end(1)] if m.end(1) < len(statement) else ""
         if "," in m.group(1) and before and before in "[(" and after and after in "])":
             out += [(part, float(part), None) for part in m.group(1).split(",")]
             continue
-        out.append((m.group(0).strip(), float(m.group(1).replace(",", "")), m.group(2)))
+        unit = m.group(2)
+        # "80-90%": the range's first end is a percentage too ("%" still admits the bare number).
+        nxt = matches[i + 1] if i + 1 < len(matches) else None
+        if unit is None and nxt is not None and nxt.group(2) == "%" and statement[m.end():nxt.start()] in ("-", "–"):
+            unit = "%"
+        out.append((m.group(0).strip(), float(m.group(1).replace(",", "")), unit))
     return out
 
 

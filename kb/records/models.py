@@ -257,6 +257,9 @@ class Scope(Strict):
     mode: str | None = None
 
 
+_TOPIC_SET = frozenset(TOPICS)
+
+
 class Claim(Strict):
     """One checkable statement, with provenance and the checks that decide it."""
 
@@ -291,7 +294,7 @@ class Claim(Strict):
     @field_validator("topics")
     @classmethod
     def _topics(cls, v: list[str]) -> list[str]:
-        unknown = [t for t in v if t not in TOPICS]
+        unknown = [t for t in v if t not in _TOPIC_SET]
         if unknown:
             raise ValueError(f"unknown topic {unknown[0]!r} (see kb.vocab.TOPICS)")
         dup = sorted({t for t in v if v.count(t) > 1})

@@ -53,8 +53,25 @@ class Problem:
 _Base = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
 
 
+_RESOLVED: dict[tuple[Any, Any, Any], str] = {}
+
+
 class _Loader(_Base):  # type: ignore[valid-type,misc]
     duplicate_keys: list[tuple[int, str]]
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        """The tag of a node, memoised for short scalars: keys and enum values repeat thousands of times.
+
+        Resolution depends only on (kind, value, implicit) and the loader's fixed resolver table, so the
+        cache cannot change a result; long strings (statements) are resolved directly and not kept.
+        """
+        if value is not None and (not isinstance(value, str) or len(value) > 48):
+            return super().resolve(kind, value, implicit)
+        key = (kind, value, implicit)
+        tag = _RESOLVED.get(key)
+        if tag is None:
+            tag = _RESOLVED[key] = super().resolve(kind, value, implicit)
+        return tag
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:

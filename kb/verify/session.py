@@ -48,17 +48,22 @@ class UnknownClaim(ValueError):
     """A claim id given on the command line is not in the corpus."""
 
 
-def select_claims(corpus: Corpus, claim_ids: Iterable[str] = (), generation: str | None = None,
-                  topic: str | None = None) -> list[str]:
-    """Claim ids matching the filters, in corpus order; raises UnknownClaim for an unknown id."""
+def select_claims(corpus: Corpus, claim_ids: Iterable[str] = (), generation: str | Iterable[str] | None = None,
+                  topic: str | Iterable[str] | None = None) -> list[str]:
+    """Claim ids matching the filters, in corpus order; raises UnknownClaim for an unknown id.
+
+    A filter given several values matches any of them (repeated -g / -t combine, as in `kb claims`).
+    """
     wanted = set(claim_ids)
+    gens = {generation} if isinstance(generation, str) else set(generation or ())
+    tops = {topic} if isinstance(topic, str) else set(topic or ())
     unknown = [c for c in claim_ids if c not in corpus.claims]
     if unknown:
         raise UnknownClaim(f"no claim with id {unknown[0]!r}")
     return [cid for cid, c in corpus.claims.items()
             if (not wanted or cid in wanted)
-            and (not generation or c.generation == generation)
-            and (not topic or topic in c.topics)]
+            and (not gens or c.generation in gens)
+            and (not tops or tops & set(c.topics))]
 
 
 @dataclass
@@ -121,8 +126,9 @@ def _install(handlers: dict[Any, Any]) -> dict[Any, Any]:
     return {sig: signal.signal(sig, h) for sig, h in handlers.items()}
 
 
-def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (), generation: str | None = None,
-           topic: str | None = None, kinds: set[str] | None = None, plan_only: bool = False, force: bool = False,
+def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (),
+           generation: str | Iterable[str] | None = None, topic: str | Iterable[str] | None = None,
+           kinds: set[str] | None = None, plan_only: bool = False, force: bool = False,
            jobs: int = 2, timeout: float | None = None,
            progress: Callable[[int], Callable[[Task, Run], None]] | None = None) -> VerifyResult:
     """Plan the selected checks and, unless `plan_only`, run them and record the evidence.
