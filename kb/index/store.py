@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hashlib
 import json
 from collections.abc import Iterator
@@ -277,8 +278,26 @@ def open_index(cfg: Config, force: bool = False) -> Index:
     with writer_lock(cfg.db_path):
         if not force and _meta(db, "fingerprint") == fp:  # another process rebuilt it while we waited
             return Index(db, rebuilt=False, cfg=cfg, fingerprint=fp)
-        rebuild(db, cfg, fp)
+        with _no_cyclic_gc():
+            rebuild(db, cfg, fp)
     return Index(db, rebuilt=True, cfg=cfg, fingerprint=fp)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a rebuild allocates hundreds of thousands of objects.
+
+    A rebuild creates no reference cycles worth collecting mid-way, yet the collector would walk the
+    whole growing heap again and again (about a fifth of a 10,000-claim build); reference counting
+    still frees everything as usual, and the collector resumes (and runs once) afterwards.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Problem]]:
@@ -287,6 +306,11 @@ def check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Pr
     Returns the corpus, the runs, the registry and every problem (file:line),
     sorted; writes nothing. `kb validate` and every rebuild go through here.
     """
+    with _no_cyclic_gc():
+        return _check_files(cfg)
+
+
+def _check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Problem]]:
     from kb.records.integrity import validate
     from kb.verify.evidence import load_evidence
     from kb.verify.registry import load_verifiers
