@@ -523,26 +523,17 @@ def export_site(ctx: click.Context, output: Path, previous: str | None) -> None:
 
     Example: `kb export site -o _site --previous https://example.github.io/kb/claims.json`
     """
-    from kb.export.site.build import build_site
+    from kb.export.site.build import build_site, read_previous
 
     start = time.perf_counter()
     if output.exists() and not output.is_dir():
         raise BadInput(f"{output} is a file, not a folder")
-    prev_text = None
-    if previous and previous.startswith("https://"):
-        import requests
-
-        try:
-            resp = requests.get(previous, timeout=20)
-            resp.raise_for_status()
-            prev_text = resp.text
-        except requests.RequestException as exc:
-            click.echo(f"previous export not reachable ({exc}); comparing with {output} instead", err=True)
-    elif previous:
-        try:
-            prev_text = Path(previous).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BadInput(f"--previous {previous}: {exc.strerror or exc}") from None
+    try:
+        prev_text, note = read_previous(previous)
+    except OSError as exc:
+        raise BadInput(f"--previous {previous}: {exc.strerror or exc}") from None
+    if note:
+        click.echo(f"{note}; comparing with {output} instead", err=True)
     try:
         n = build_site(_index(ctx).db, _cfg(ctx), output, prev_text)
     except OSError as exc:

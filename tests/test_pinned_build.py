@@ -19,7 +19,7 @@ import pytest
 from kb.registry import Context, Outcome
 from kb.verify.registry import _hash_files, requirements_for
 from verifiers import gpu_pinned, gpu_probe, pinned_build
-from verifiers.gpu import _judge_spread
+from verifiers.gpu_verdict import judge_spread
 
 PTXAS = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_Z16flash_fwd_kernelI5TraitsEv' for 'sm_90'
@@ -63,6 +63,10 @@ def test_pinned_checks_are_planned_for_sm90_only() -> None:
     req = requirements_for(spec, {"impl": "fa2-v2.0.0"})
     assert (req.min_cc, req.max_cc) == (90, 90)
     assert requirements_for(spec, {"impl": "sdpa-flash"}).max_cc is None
+    assert requirements_for(spec, {"impl": "fa2-v2.0.0", "max_cc": 100}).max_cc == 100  # a check may widen it
+    from verifiers.gpu_common_params import PINNED_IMPLS
+
+    assert set(PINNED_IMPLS) == set(pinned_build.REVISIONS)  # every pinned impl has a build, and no build is unused
 
 
 def test_missing_build_is_a_skip_reason_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +115,7 @@ def _ctx(expect: dict) -> Context:
 def test_benchmark_verdict_that_flips_within_the_spread_is_inconclusive(ends: tuple, verdict: str) -> None:
     median = sum(ends) / 2
     out = Outcome(measurements={"tflops": (median, "TFLOP/s")})
-    got = _judge_spread(out, {"tflops": ends}, _ctx({"tflops": {"between": [620, 640]}}))
+    got = judge_spread(out, {"tflops": ends}, _ctx({"tflops": {"between": [620, 640]}}))
     assert got.verdict == verdict, got.reason
 
 

@@ -11,10 +11,9 @@ import math
 import statistics
 from typing import Any, Literal
 
-from kb.expect import judge
-from kb.models import Comparison
 from kb.registry import Context, Outcome, Requirements, verifier
-from verifiers.gpu_common_params import AttnParams
+from verifiers.gpu_common_params import PINNED_IMPLS, AttnParams
+from verifiers.gpu_verdict import judge_absence, judge_spread
 
 GPU = Requirements(cuda=True, min_cc=80)
 
@@ -34,7 +33,7 @@ def _unavailable(p: AttnParams) -> Outcome | None:
     """A skipped outcome when the check names a pinned build (verifiers.pinned_build) this machine lacks."""
     from verifiers import gpu_pinned
 
-    if p.impl in gpu_pinned.IMPLS and (why := gpu_pinned.available(p.impl)):
+    if p.impl in PINNED_IMPLS and (why := gpu_pinned.available(p.impl)):
         return Outcome(verdict="skipped", reason=why)
     return None
 
@@ -96,7 +95,6 @@ def bitwise_repeat(p: RepeatParams, ctx: Context) -> Outcome:
     digests: dict[str, list[str]] = {t: [] for t in p.tensors}
     distinct: dict[str, list[tuple[str, Any]]] = {}
     first: dict[str, Any] = {}
-    ref: dict[str, Any] = {}
     kernels = [k["name"] for k in g.kernel_trace(lambda: g.forward_backward(p, x) if not p.forward_only
                                                  else g.forward(p, x))]
     for _ in range(p.repeats):
@@ -121,11 +119,10 @@ def bitwise_repeat(p: RepeatParams, ctx: Context) -> Outcome:
                 seen.append((label, res[t].detach().clone()))
                 hit = len(seen) - 1
             digests[t].append(seen[hit][0])
-            if t not in ref:
-                ref[t] = res[t].clone()
-            elif t not in first and not torch.equal(ref[t], res[t]):
-                diff = (ref[t] != res[t]).nonzero()[0].tolist()
-                first[t] = {"index": diff, "a": float(ref[t][tuple(diff)]), "b": float(res[t][tuple(diff)])}
+            if hit and t not in first:  # differs from the first result: locate the first differing element
+                ref = seen[0][1]
+                diff = (ref != res[t]).nonzero()[0].tolist()
+                first[t] = {"index": diff, "a": float(ref[tuple(diff)]), "b": float(res[t][tuple(diff)])}
     if p.other:
         q = RepeatParams.model_validate({**p.model_dump(), **p.other, "other": {}})
         if p.forward_only:
@@ -139,42 +136,12 @@ def bitwise_repeat(p: RepeatParams, ctx: Context) -> Outcome:
     meas["repeats"] = (p.repeats, "runs")
     if p.other:
         for t in p.tensors:
-            if t in ref and res2.get(t) is not None:
-                meas[f"equal_to_other_{t}"] = (bool(torch.equal(ref[t], res2[t])), f"bits equal with {p.other}")
+            if t in distinct and res2.get(t) is not None:
+                meas[f"equal_to_other_{t}"] = (bool(torch.equal(distinct[t][0][1], res2[t])),
+                                               f"bits equal with {p.other}")
     out = Outcome(measurements=meas, environment=_env(kernels, p),
                   log=f"first differences: {first}" if first else "all repeats bitwise identical")
-    expect = {k: Comparison.model_validate(v) for k, v in ctx.expect.items()}
-    verdict, reason = judge({k: v[0] for k, v in meas.items()}, expect)
-    failing = [k for k, c in expect.items() if not _ok(meas.get(k, (None,))[0], c)]
-    if verdict == "refutes" and failing and all(k.startswith("distinct_") and (expect[k].at_least or 0) >= 2
-                                                 for k in failing):
-        verdict = "inconclusive"
-        reason = f"no bitwise difference seen in {p.repeats} repeats ({reason}); absence in finite runs is not proof"
-    out.verdict, out.reason = verdict, reason
-    return out
-
-
-def _judge_spread(out: Outcome, ends: dict[str, tuple[float, float]], ctx: Context) -> Outcome:
-    """Judge at the median, then at both ends of the spread: a verdict that flips within it is inconclusive."""
-    expect = {k: Comparison.model_validate(v) for k, v in ctx.expect.items()}
-    if not expect:
-        return out
-    values = {k: v[0] for k, v in out.measurements.items()}
-    verdict, reason = judge(values, expect)
-    flips = [k for k in expect if k in ends and len({_ok(x, expect[k]) for x in (*ends[k], values[k])}) > 1]
-    if verdict in ("supports", "refutes") and flips:
-        k = flips[0]
-        verdict = "inconclusive"
-        reason = (f"{k}: the median gives '{judge(values, expect)[0]}' but the run-to-run spread "
-                  f"[{ends[k][0]:.4g}, {ends[k][1]:.4g}] lies partly inside and partly outside the expectation")
-    out.verdict, out.reason = verdict, reason
-    return out
-
-
-def _ok(value: Any, rule: Comparison) -> bool:
-    from kb.expect import compare
-
-    return value is not None and compare(value, rule)[0]
+    return judge_absence(out, ctx, p.repeats, "bitwise difference")
 
 
 class ProfileParams(AttnParams):
@@ -361,7 +328,7 @@ def benchmark(p: BenchParams, ctx: Context) -> Outcome:
             meas["util_vs_peak"] = (round(tf / peak, 3), f"of {p.peak_gpu} dense bf16 peak")
             ends["util_vs_peak"] = (round(tf_slow / peak, 3), round(tf_fast / peak, 3))
         out = Outcome(measurements=meas, log=method, environment=_env(_resolved(p), p))
-        return _judge_spread(out, ends, ctx)
+        return judge_spread(out, ends, ctx)
     if p.metric == "time_ratio":
         with g.ClockSampler() as clocks:
             a, a_lo, a_hi = _time_ms(p, p.phase)
@@ -371,7 +338,7 @@ def benchmark(p: BenchParams, ctx: Context) -> Outcome:
                 "time_ratio_spread": ([a_lo / b_hi, a_hi / b_lo], "from the p20..p80 of both"), **clocks.summary()}
         out = Outcome(measurements=meas, log=f"{method}; other = {p.other}",
                       environment=_env(_resolved(p) + _resolved(other), p))
-        return _judge_spread(out, {"time_ratio": (a_lo / b_hi, a_hi / b_lo)}, ctx)
+        return judge_spread(out, {"time_ratio": (a_lo / b_hi, a_hi / b_lo)}, ctx)
     g = _common()
     peaks = []
     for n in p.seqlens:

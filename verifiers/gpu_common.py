@@ -14,10 +14,9 @@ import os
 import tempfile
 from typing import Any
 
-from verifiers.gpu_common_params import AttnParams
+from verifiers.gpu_common_params import PINNED_IMPLS, AttnParams
 
 AttnShape = AttnParams
-PINNED = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")  # kb's builds of the pins (verifiers.gpu_pinned)
 
 
 def _torch():
@@ -73,7 +72,7 @@ def forward(p: AttnShape, x: dict[str, Any]) -> tuple[Any, Any]:
         # Dropout is replayable only from the same RNG state: restore it before every call.
         torch.manual_seed(p.seed)
         torch.cuda.manual_seed(p.seed)
-    if p.impl in PINNED:
+    if p.impl in PINNED_IMPLS:
         from verifiers import gpu_pinned
 
         return gpu_pinned.forward(p, x)
@@ -171,7 +170,7 @@ def versions(impl: str | None = None) -> dict[str, Any]:
     """Versions of what ran, for the evidence record (a pinned build's manifest when impl names one)."""
     torch = _torch()
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
-    if impl in PINNED:
+    if impl in PINNED_IMPLS:
         from verifiers import gpu_pinned
 
         env["pinned_build"] = gpu_pinned.provenance(impl)

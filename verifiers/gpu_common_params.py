@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import model_validator
+
 from kb.registry import Params
 
-# fa1-v1.0.9, fa2-v2.0.0, fa3-2024-08: kb's builds of those pins (verifiers/pinned_build.py), run via ctypes.
+# kb's builds of those pins (verifiers/pinned_build.py, the same names), run via ctypes (verifiers/gpu_pinned.py).
+PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 Impl = Literal["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "fa4", "flex",
                "fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08"]
 
@@ -30,3 +33,11 @@ class AttnParams(Params):
     num_splits: int = 0  # fa1-v1.0.9: 0 = the pinned heuristic, > 0 forces the backward's split count
     min_cc: int | None = None
     max_cc: int | None = None
+
+    @model_validator(mode="after")
+    def _pinned_builds_are_sm90(self) -> AttnParams:
+        # The pinned builds hold sm_90 / sm_90a code only: a check on one is about sm_90 unless it says otherwise.
+        if self.impl in PINNED_IMPLS:
+            self.min_cc = 90 if self.min_cc is None else self.min_cc
+            self.max_cc = 90 if self.max_cc is None else self.max_cc
+        return self

@@ -14,8 +14,6 @@ from typing import Any
 
 from verifiers import pinned_build
 
-IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
-
 
 def available(impl: str) -> str | None:
     """None when the build of `impl` loads here, else the reason it does not."""
@@ -69,18 +67,12 @@ def _fwd(p: Any, q: Any, k: Any, v: Any) -> tuple[Any, Any, list[Any]]:
 
     lib, a = _args(p, {"q": q, "k": k}, 0)
     o = torch.empty_like(q)
-    lse = torch.empty(q.shape[0], q.shape[2], _lse_len(p.impl, q.shape[1]), dtype=torch.float32, device=q.device)
+    # (b, h, seqlen_q) for every pin: v1.0.9 pads its LSE rows to 16, so its harness takes only seqlen_q % 16 == 0.
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     a.q, a.k, a.v, a.o, a.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
     keep = _ws(a, q.device)
     _check(lib, lib.kb_fwd(ctypes.byref(a), torch.cuda.current_stream().cuda_stream), f"{p.impl} forward")
     return o, lse, keep
-
-
-def _lse_len(impl: str, seqlen_q: int) -> int:
-    """Length of the LSE's sequence axis as each pinned API allocates it."""
-    if impl == "fa1-v1.0.9":  # v1.0.9 mha_fwd: softmax_lse (b, h, max_seqlen_q rounded up to 16)
-        return (seqlen_q + 15) // 16 * 16
-    return seqlen_q
 
 
 def _bwd(p: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any) -> tuple[Any, Any, Any]:
@@ -115,7 +107,7 @@ def forward(p: Any, x: dict[str, Any]) -> tuple[Any, Any]:
             return _bwd(p, q, k, v, o, lse, do.contiguous())
 
     o, lse = _Pinned.apply(x["q"], x["k"], x["v"])
-    return o, lse[..., : x["q"].shape[1]]
+    return o, lse
 
 
 def provenance(impl: str) -> dict[str, Any]:

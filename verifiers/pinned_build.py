@@ -172,6 +172,8 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     recompiles only what changed.
     """
     from kb.config import load_config
+    from kb.pinned.clones import clone_paths
+    from kb.records.loader import load_corpus
     from verifiers import aten_shim
     from verifiers.compiled import _materialise, _tool_version, gitlink
 
@@ -181,11 +183,7 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
         if u not in rev.units:
             raise KeyError(f"{name} has no unit {u!r}; known: {', '.join(sorted(rev.units))}")
     cfg = load_config()
-    clones = dict(cfg.clones)
-    for sid in ("flash-attention", "cutlass"):  # else the clone cache `kb sources fetch` fills
-        for cand in (cfg.clone_cache / sid, cfg.clone_cache / f"{sid}.git"):
-            if sid not in clones and cand.exists():
-                clones[sid] = str(cand)
+    clones = clone_paths(cfg, load_corpus(cfg.root))  # kb.local.toml / KB_CLONE_*, else `kb sources fetch`'s cache
     clone = clones.get("flash-attention")
     cut = clones.get("cutlass")
     if not clone or not cut:

@@ -123,12 +123,21 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
     if not req.cuda:
         return req
     pkgs = req.packages + (("flash_attn",) if params.get("impl") == "fa4" else ())
-    # kb's builds of the pins (fa1-v1.0.9, fa2-v2.0.0, fa3-2024-08) hold sm_90 / sm_90a code only.
-    pinned = str(params.get("impl", "")).startswith(("fa1-", "fa2-", "fa3-"))
+    # Read through the verifier's params model, so a verifier can default the architecture from its other
+    # parameters (a check on kb's sm_90 build of a pin is about sm_90 unless it says otherwise).
+    try:
+        parsed: Any = spec.params.model_validate(params)
+    except ValueError:
+        parsed = None
+
+    def given(name: str, default: int | None) -> int | None:
+        value = getattr(parsed, name, None) if parsed is not None else params.get(name)
+        return default if value is None else value
+
     return Requirements(
         cuda=True,
-        min_cc=params.get("min_cc", 90 if pinned else req.min_cc),
-        max_cc=params.get("max_cc", 90 if pinned else req.max_cc),
+        min_cc=given("min_cc", req.min_cc),
+        max_cc=given("max_cc", req.max_cc),
         packages=pkgs,
         min_gpu_memory_gb=req.min_gpu_memory_gb,
         git_source=req.git_source,

@@ -219,6 +219,26 @@ def _write_index(data: SiteData, out: Path) -> None:
     _write(out / "claims-index.js", "window.KB_CLAIMS = " + text.replace("<", "\\u003c") + ";\n")
 
 
+def read_previous(previous: str | None) -> tuple[str | None, str | None]:
+    """The text of an earlier export's claims.json named by `--previous`: (text, note).
+
+    An https:// URL is fetched (CI passes the published site's); when it cannot be reached the text is
+    None and the note says why, so the build goes on. A file that cannot be read raises OSError.
+    """
+    if not previous:
+        return None, None
+    if previous.startswith("https://"):
+        import requests
+
+        try:
+            resp = requests.get(previous, timeout=20)
+            resp.raise_for_status()
+        except requests.RequestException as exc:
+            return None, f"previous export not reachable ({exc})"
+        return resp.text, None
+    return Path(previous).read_text(encoding="utf-8"), None
+
+
 def changes_since(out: Path, data: SiteData, previous: str | None = None) -> dict[str, Any] | None:
     """What changed since the previous export: new, removed, status moves.
 
