@@ -72,6 +72,16 @@ def run_kb(project: Path):
     return go
 
 
+SNIPPETS = Path(__file__).parent / "fixtures" / "snippets"
+# The suite's own snippets (tests/fixtures/snippets/) are found beside verifiers/snippets/ in every test.
+os.environ.setdefault("KB_SNIPPET_PATH", str(SNIPPETS))
+
+
+def trusting(source: str, *shas: str, **extra: str) -> dict[str, str]:
+    """Environment for a child kb that may execute `source` at `shas` (test repositories) and read the test snippets."""
+    return {"KB_TRUST_PINS": ",".join(f"{source}@{s}" for s in shas), "KB_SNIPPET_PATH": str(SNIPPETS), **extra}
+
+
 def kb_subprocess(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
     """Run `python -m kb` in a child process (what verify needs: real worker processes)."""
     full = {**os.environ, "KB_ROOT": str(root), "KB_DB": str(root / ".kb" / "kb.db"),

@@ -81,6 +81,7 @@ def test_sigkill_at_a_random_point_loses_no_finished_run(project: Path, tmp_path
     markers.mkdir()
     write_claims(project, "slow", [claim(f"test.slow.c{i}", checks=_checks("test.slowish", i)) for i in range(40)])
     env = {**os.environ, "KB_ROOT": str(project), "KB_DB": str(project / ".kb" / "kb.db"), "KB_MARKERS": str(markers),
+           "KB_SANDBOX_WRITABLE": str(markers),
            "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "kb", "verify", "--jobs", "1"], env=env, cwd=project,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -107,6 +108,7 @@ def test_sigterm_is_handled_like_ctrl_c(project: Path, tmp_path: Path) -> None:
     markers.mkdir()
     write_claims(project, "slow", [claim(f"test.slow.c{i}", checks=_checks("test.slowish", i)) for i in range(40)])
     env = {**os.environ, "KB_ROOT": str(project), "KB_DB": str(project / ".kb" / "kb.db"), "KB_MARKERS": str(markers),
+           "KB_SANDBOX_WRITABLE": str(markers),
            "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "kb", "verify", "--jobs", "1"], env=env, cwd=project,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

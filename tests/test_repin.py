@@ -66,12 +66,15 @@ def test_fixed_pin_is_not_repinned(tmp_path: Path, repos: Repos) -> None:
     assert _kb(root, "repin", "code", "v1", "--to", "no-such-ref").exit_code == 2
 
 
-def test_checks_that_fail_at_the_new_ref_keep_the_claim_behind(tmp_path: Path, repos: Repos) -> None:
+def test_checks_that_fail_at_the_new_ref_keep_the_claim_behind(tmp_path: Path, repos: Repos,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     if find_tool("g++") is None:
         pytest.skip("needs g++")
     lib = new_repo(tmp_path / "lib")
     pin = commit_tree(lib, {"rule.h": "// rule.h: the rule\ninline int rule(int x) { return x * 2; }\n"}, "pin")
     head = commit_tree(lib, {"rule.h": "// rule.h: the rule\ninline int rule(int x) { return x * 3; }\n"}, "change")
+    # Both revisions of this test repository may be compiled and run (an operator's setting, not data).
+    monkeypatch.setenv("KB_TRUST_PINS", f"lib@{pin},lib@{head}")
     digest = __import__("kb.pinned.notes", fromlist=["x"]).lines_sha256(b"// rule.h: the rule\n", 1, 1)[0]
     a = {"source": "lib", "sha": pin, "path": "rule.h", "lines": [1, 1], "sha256": digest}
     c = claim("t.lib.rule", a)

@@ -265,8 +265,7 @@ def test_source_check_online_fetch(project: Path, tmp_path: Path) -> None:
                         for t in ("nvcc", "cuobjdump", "nvdisasm")),
                     reason="needs nvcc, cuobjdump and nvdisasm (CUDA toolkit or nvidia-cuda-* wheels)")
 def test_toolchain_compile_supports_and_refutes(project: Path) -> None:
-    code = "__global__ void k(float* o, const float* x) { o[threadIdx.x] = exp2f(x[threadIdx.x]); }\n"
-    hopper_only = '__global__ void k(float* o) { asm volatile("setmaxnreg.inc.sync.aligned.u32 240;"); o[0] = 1.f; }\n'
+    code, hopper_only = "test-exp2", "test-setmaxnreg"  # tests/fixtures/snippets/cuda/
 
     def chk(cid: str, params: dict, expect: dict) -> dict:
         return claim(cid, checks=[{"verifier": "toolchain.compile", "params": params, "expect": expect}])

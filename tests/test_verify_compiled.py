@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb.verify.hw import find_tool
-from tests.conftest import claim, commit_files, git, kb_subprocess, write_claims
+from tests.conftest import claim, commit_files, git, kb_subprocess, trusting, write_claims
 
 pytest.importorskip("torch", reason="the worker imports torch-free verifiers, but kb verify tests share this gate")
 
@@ -86,8 +86,10 @@ def test_host_exec_and_constexpr_support_refute_and_find_the_disagreement(projec
         pytest.skip("needs g++ and nvcc")
     up, sha, _ = _project_with(project, tmp_path)
     write_claims(project, "compiled", _claims(sha))
-    env = {"KB_CLONE_TESTREPO": str(up), "KB_CLONE_SUB": str(tmp_path / "sub"), "KB_BUILD_CACHE": str(tmp_path / "build")}
+    env = trusting("testrepo", sha, KB_CLONE_TESTREPO=str(up), KB_CLONE_SUB=str(tmp_path / "sub"),
+                   KB_BUILD_CACHE=str(tmp_path / "build"))
     res = kb_subprocess(project, "verify", "--json", env=env)
+    assert res.stdout, res.stderr
     summary = json.loads(res.stdout)
     assert summary["errors"] == [], summary["errors"]
     refuted = set(summary["refuted"])
@@ -114,8 +116,8 @@ def test_without_the_submodule_clone_the_check_is_skipped_with_the_reason(projec
         pytest.skip("needs nvcc")
     up, sha, sub_sha = _project_with(project, tmp_path)
     write_claims(project, "compiled", [c for c in _claims(sha) if c["id"] == "test.cx.true"])
-    res = kb_subprocess(project, "verify", "--json", env={"KB_CLONE_TESTREPO": str(up),
-                                                          "KB_BUILD_CACHE": str(tmp_path / "build")})
+    res = kb_subprocess(project, "verify", "--json", env=trusting("testrepo", sha, KB_CLONE_TESTREPO=str(up),
+                                                                  KB_BUILD_CACHE=str(tmp_path / "build")))
     summary = json.loads(res.stdout)
     skip = [s for s in summary["skips"] if s["check"] == "test.cx.true#0"]
     assert skip and sub_sha in skip[0]["why"] and "sub" in skip[0]["why"]
@@ -166,7 +168,7 @@ def test_py_exec_runs_pinned_python_and_finds_the_disagreement(project: Path, tm
         f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n")
     note = claim("x")["anchors"][0]
     anchor = {"source": "testrepo", "sha": sha, "path": "pkg/iface.py"}
-    base = {"anchor": 1, "functions": ["Cfg", "pick"], "prelude": "from dataclasses import dataclass",
+    base = {"anchor": 1, "functions": ["Cfg", "pick"], "prelude": "test-dataclass",
             "call": "pick(d, causal)", "grid": {"d": [64, 128, 256], "causal": [False, True]}, "point": {"d": 128, "causal": False}}
 
     def c(cid: str, params: dict, expect: dict) -> dict:
@@ -180,7 +182,8 @@ def test_py_exec_runs_pinned_python_and_finds_the_disagreement(project: Path, tm
         # The note's rule forgets the causal case: the sweep must find it.
         c("test.py.rule-neg", {"rule": "[192, 128] if d <= 64 else [128, 128]"}, {"disagreements": {"equals": 0}}),
     ])
-    summary = json.loads(kb_subprocess(project, "verify", "--json", env={"KB_CLONE_TESTREPO": str(up)}).stdout)
+    summary = json.loads(kb_subprocess(project, "verify", "--json",
+                                       env=trusting("testrepo", sha, KB_CLONE_TESTREPO=str(up))).stdout)
     assert summary["errors"] == []
     assert {"test.py.point-neg", "test.py.rule-neg"} <= set(summary["refuted"])
     assert not {"test.py.point", "test.py.rule"} & set(summary["refuted"])
@@ -220,7 +223,7 @@ def test_resources_read_ptxas_and_derive_occupancy(project: Path, tmp_path: Path
         # 256 threads, few registers, 1 KiB static + 1 KiB reserved: the 2048-thread (64-warp) limit gives 8 CTAs.
         c("test.res.occ", {"ctas_per_sm": {"equals": 8}, "occupancy_limiter": {"equals": "warps"}}),
     ])
-    env = {"KB_CLONE_TESTREPO": str(up), "KB_BUILD_CACHE": str(tmp_path / "build")}
+    env = trusting("testrepo", sha, KB_CLONE_TESTREPO=str(up), KB_BUILD_CACHE=str(tmp_path / "build"))
     summary = json.loads(kb_subprocess(project, "verify", "--json", env=env).stdout)
     assert summary["errors"] == []
     assert "test.res.smem-neg" in summary["refuted"]

@@ -1,10 +1,11 @@
 """Toolchain checks: what the CUDA compiler accepts per architecture and what it emits.
 
-A CUDA snippet (our own code, given in the claim's parameters) is compiled with
+A CUDA snippet (our own code, in verifiers/snippets/cuda/, named by the claim) is compiled with
 nvcc for one architecture; the verifier records whether it compiles, the
 registers ptxas reports, and whether given tokens appear in the PTX or in the
 SASS that cuobjdump disassembles. No GPU is needed: these are facts about the
-ISA and the compiler, decided by the compiler itself.
+ISA and the compiler, decided by the compiler itself. The compiler runs in
+the sandbox (kb.verify.sandbox) with flags from verifiers/trust.py's allow-list.
 """
 
 from __future__ import annotations
@@ -15,22 +16,42 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
+from pydantic import field_validator
+
 from kb.hw import find_tool
 from kb.registry import Context, Outcome, Params, Requirements, verifier
+from kb.verify import sandbox
+from verifiers import trust
+
+HASH_FILES = trust.snippet_files()
 
 
 class CompileParams(Params):
     """The snippet, the target, and what to look for."""
 
-    code: str
+    code: str  # a snippet name: verifiers/snippets/cuda/NAME.cu
     arch: str = "sm_90a"
     flags: list[str] = []
     inspect: Literal["none", "ptx", "sass"] = "none"
     tokens: list[str] = []
 
+    _code = field_validator("code")(lambda v: trust.check_snippet("cuda", v) if v else _no_code())
+    _flags = field_validator("flags")(lambda v: trust.check_flags(v))
+    _arch = field_validator("arch")(lambda v: _check_arch(v))
+
+
+def _no_code() -> str:
+    raise ValueError("name a snippet in verifiers/snippets/cuda/")
+
+
+def _check_arch(arch: str) -> str:
+    if not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
+        raise ValueError(f"{arch!r} is not an architecture like sm_80 or sm_90a")
+    return arch
+
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120)
+    return sandbox.run(cmd, work=cwd, timeout=120, limits=sandbox.Limits(cpu_s=120))
 
 
 @verifier("toolchain.compile", kind="cpu-check", params=CompileParams,
@@ -40,7 +61,7 @@ def compile_snippet(p: CompileParams, ctx: Context) -> Outcome:
     nvcc = find_tool("nvcc")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "k.cu").write_text(p.code)
+        (work / "k.cu").write_text(trust.snippet("cuda", p.code))
         arch = p.arch.removeprefix("sm_")
         res = _run([nvcc, f"-arch=sm_{arch}", "-cubin", "-Xptxas", "-v", "-o", "k.cubin", "k.cu", *p.flags], work)
         compiles = res.returncode == 0
@@ -54,8 +75,8 @@ def compile_snippet(p: CompileParams, ctx: Context) -> Outcome:
             text = (work / "k.ptx").read_text()
         elif compiles and p.inspect == "sass":
             tools = str(Path(find_tool("nvdisasm") or "nvdisasm").parent)
-            dump = subprocess.run([find_tool("cuobjdump") or "cuobjdump", "-sass", "k.cubin"], capture_output=True,
-                                  text=True, cwd=work, timeout=120, env={"PATH": tools, "NVDISASM_PATH": tools})
+            dump = sandbox.run([find_tool("cuobjdump") or "cuobjdump", "-sass", "k.cubin"], work=work, readable=[Path(tools)],
+                               timeout=120, env={"PATH": tools, "NVDISASM_PATH": tools})
             if dump.returncode != 0:
                 raise RuntimeError(f"cuobjdump failed: {dump.stderr[-300:]}")
             text = dump.stdout
@@ -66,4 +87,4 @@ def compile_snippet(p: CompileParams, ctx: Context) -> Outcome:
         version = _run([nvcc, "--version"], work).stdout.strip().splitlines()[-1]
     log = (res.stderr[-1500:] + "\n" + "\n".join(ln for ln in text.splitlines()
                                                if any(t in ln for t in p.tokens))[:1500])
-    return Outcome(measurements=meas, log=log, environment={"nvcc": version})
+    return Outcome(measurements=meas, log=log, environment={"nvcc": version, "sandbox": sandbox.level()})

@@ -7,6 +7,7 @@ can know about itself.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,13 @@ def _anchor_problems(corpus: Corpus, claim: Claim) -> list[Problem]:
     return out
 
 
+def _executable_pins(spec: Any) -> frozenset:
+    """The (source, sha) pairs a pinned-code verifier declares it may execute (`executable_pins()` in its module)."""
+    module = sys.modules.get(getattr(getattr(spec, "func", None), "__module__", ""), None)
+    pins = getattr(module, "executable_pins", None)
+    return frozenset(pins()) if callable(pins) else frozenset()
+
+
 def _check_problems(corpus: Corpus, claim: Claim, registry: Registry) -> list[Problem]:
     out: list[Problem] = []
     for i, check in enumerate(claim.checks):
@@ -114,6 +122,12 @@ def _check_problems(corpus: Corpus, claim: Claim, registry: Registry) -> list[Pr
             if a is None or src is None or src.kind != "repo" or not a.path or not a.sha:
                 out.append(_claim_problem(corpus, claim, (*loc, "params", "anchor"),
                                           f"anchor {anchor_ix} is not a repository anchor with a path at a pinned sha"))
+            elif getattr(spec, "kind", None) == "pinned-code" and (a.source, a.sha) not in _executable_pins(spec):
+                # Code kb compiles or runs comes only from revisions the verifier package trusts (reviewed as code).
+                out.append(_claim_problem(corpus, claim, (*loc, "params", "anchor"),
+                                          f"{a.source}@{a.sha[:12]} is not a revision whose code kb may execute: add it to "
+                                          "EXECUTABLE_PINS in the verifier package (verifiers/trust.py), a code change, "
+                                          "or trust it on this machine only with KB_TRUST_PINS=source@sha"))
         # Only a line check needs a line span; commit-level checks (source.commit) cite a commit.
         if spec.id == "source.lines" and anchor_ix is not None:
             if not 0 <= anchor_ix < len(claim.anchors):

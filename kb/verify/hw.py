@@ -113,7 +113,10 @@ def probe() -> dict:
     import json
     import sys
 
+    from kb.verify import sandbox
+
     env = machine()
+    env["sandbox"] = sandbox.describe()
     if not env["gpus"]:
         return env
     code = "import json; from kb.hw import full_fingerprint; print(json.dumps(full_fingerprint(), default=str))"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from kb.config import Config
 from kb.records.binding import resolve_givens
 from kb.records.loader import Corpus
 from kb.records.models import Measurement, Run
+from kb.verify import sandbox
 from kb.verify.hw import machine
 from kb.verify.plan import Plan, Task
 
@@ -32,16 +34,29 @@ from kb.verify.plan import Plan, Task
 class _Worker:
     """One worker subprocess with a line reader thread."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, gpu: bool = False) -> None:
         self.err = tempfile.TemporaryFile()
         # Results come back on a pipe of their own, not on stdout: whatever a verifier (or a child
         # process it starts) prints lands in the log, and can never be taken for a result.
         read_fd, write_fd = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-               "KB_PROTO_FD": str(write_fd)}
+        # The worker runs verifiers, and GPU verifiers load kb's builds of pinned code into it: it is
+        # sandboxed as a whole (no network unless --online, the project read-only, writable only its own
+        # temporary folder and the build cache), with a clean environment, and it dies with kb.
+        self.tmp = Path(tempfile.mkdtemp(prefix="kb-worker-"))
+        caches = [Path(os.environ.get("KB_BUILD_CACHE") or root / ".kb" / "build"),
+                  (root / os.environ.get("KB_HTTP_CACHE", ".kb/http-cache")).resolve()]  # source.lines --online
+        # The operator may grant more (the test suite's marker folders): an environment setting, never data.
+        caches += [Path(p) for p in os.environ.get("KB_SANDBOX_WRITABLE", "").split(os.pathsep) if p]
+        cmd, self.sandbox = sandbox.command([sys.executable, "-m", "kb.verify.worker"], work=self.tmp,
+                                            writable=caches, readable=[root], devices=gpu,
+                                            network=bool(os.environ.get("KB_ONLINE")), hide_tmp=False)
+        env = sandbox.clean_env({"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+                                 "KB_PROTO_FD": str(write_fd), "TMPDIR": str(self.tmp), "KB_SANDBOX_LEVEL": self.sandbox,
+                                 **({"HOME": os.environ["HOME"]} if "HOME" in os.environ else {})},
+                                keep_prefixes=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kb.verify.worker"], stdin=subprocess.PIPE, stdout=self.err,
-            stderr=self.err, text=True, cwd=root, env=env, start_new_session=True, pass_fds=(write_fd,),
+            cmd, stdin=subprocess.PIPE, stdout=self.err, stderr=self.err, text=True, cwd=root, env=env,
+            start_new_session=True, pass_fds=(write_fd,), preexec_fn=sandbox.worker_preexec(gpu),
         )
         os.close(write_fd)
         self.proto = os.fdopen(read_fd, "r", encoding="utf-8")
@@ -101,6 +116,7 @@ class _Worker:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait(timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def close(self) -> None:
         if self.alive:
@@ -110,17 +126,18 @@ class _Worker:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _task_payload(t: Task, n: int, corpus: Corpus, clones: dict[str, str], hardware: dict[str, Any],
-                  verifiers_dir: Path | None) -> dict[str, Any]:
+                  verifiers_dir: Path | None, timeout: float) -> dict[str, Any]:
     check = t.claim.checks[t.index]
     return {
         "task_id": n, "verifier": t.spec.id, "params": resolve_givens(check.params, {**t.claim.givens, **t.inputs}),
         "expect": {k: v.model_dump(by_alias=True, exclude_none=True) for k, v in check.expect.items()},
         "claim": t.claim.model_dump(mode="json", by_alias=True),
         "sources": {a.source: corpus.sources[a.source].model_dump(mode="json") for a in t.claim.anchors},
-        "clones": clones, "hardware": hardware, "needs_env": t.spec.is_gpu,
+        "clones": clones, "hardware": hardware, "needs_env": t.spec.is_gpu, "timeout_s": timeout,
         "verifiers_dir": str(verifiers_dir) if verifiers_dir else None,
     }
 
@@ -155,10 +172,10 @@ def execute(plan: Plan, corpus: Corpus, cfg: Config, clones: dict[str, str], job
                 if stop.is_set():
                     return
                 if worker is None or not worker.alive:
-                    worker = _Worker(cfg.root)
+                    worker = _Worker(cfg.root, gpu=t.spec.is_gpu)
                 started = datetime.now(UTC).isoformat(timespec="seconds")
                 limit = timeout or t.spec.timeout_s
-                res = worker.ask(_task_payload(t, n, corpus, clones, hardware, cfg.verifiers_dir), limit)
+                res = worker.ask(_task_payload(t, n, corpus, clones, hardware, cfg.verifiers_dir, limit), limit)
                 if res["verdict"] == "skipped":
                     with lock:
                         plan.skipped.append((t.claim.id, t.index, t.spec.id, res["reason"]))

@@ -9,9 +9,12 @@ a fresh worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -78,6 +81,11 @@ def main() -> None:
     # cuBLAS reads this once per handle: set it before any verifier touches CUDA, so a
     # deterministic-mode check can never fail for want of it.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # Die with kb even when it is killed with SIGKILL (the runner also sets this before exec).
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     # Results go to the pipe the runner handed over (KB_PROTO_FD); stdout and stderr are only logs.
     fd = os.environ.get("KB_PROTO_FD")
     proto = os.fdopen(int(fd), "w", buffering=1) if fd else os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
@@ -89,7 +97,24 @@ def main() -> None:
         task = json.loads(line)
         if task.get("needs_env") and env is None:
             env = _jsonable(full_fingerprint())
-        result = run_task(task)
+        # The worker enforces its task's limits itself, so a spinning check stops even if kb is gone:
+        # CPU time by rlimit (SIGXCPU), wall time by a watchdog that ends the process.
+        limit = float(task.get("timeout_s") or 3600)
+        watchdog = threading.Timer(limit + 30, os._exit, args=(70,))
+        watchdog.daemon = True
+        watchdog.start()
+        with contextlib.suppress(ValueError, OSError):
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            want = int(used.ru_utime + used.ru_stime + limit + 60)
+            resource.setrlimit(resource.RLIMIT_CPU, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+        try:
+            result = run_task(task)
+        finally:
+            watchdog.cancel()
+        result.setdefault("environment", {})
+        if isinstance(result["environment"], dict):
+            result["environment"]["sandbox"] = os.environ.get("KB_SANDBOX_LEVEL", "none")
         result["task_id"] = task["task_id"]
         if env is not None:
             result["environment"] = {**env, **result["environment"]}

@@ -1,0 +1,1 @@
+__global__ void k(float* p, float v) { asm volatile("atom.global.add.f32 [%0], %1;" :: "l"(p), "f"(v)); }
