@@ -49,7 +49,8 @@ class _Worker:
         caches += [Path(p) for p in os.environ.get("KB_SANDBOX_WRITABLE", "").split(os.pathsep) if p]
         cmd, self.sandbox = sandbox.command([sys.executable, "-m", "kb.verify.worker"], work=self.tmp,
                                             writable=caches, readable=[root], devices=gpu,
-                                            network=bool(os.environ.get("KB_ONLINE")), hide_tmp=False)
+                                            network=bool(os.environ.get("KB_ONLINE")), hide_tmp=False,
+                                            scratch_home=True)
         env = sandbox.clean_env({"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
                                  "KB_PROTO_FD": str(write_fd), "TMPDIR": str(self.tmp), "KB_SANDBOX_LEVEL": self.sandbox,
                                  **({"HOME": os.environ["HOME"]} if "HOME" in os.environ else {})},

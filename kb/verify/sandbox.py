@@ -105,7 +105,7 @@ def _require() -> None:
 
 
 def _bwrap_args(work: Path | None, writable: Sequence[Path], readable: Sequence[Path], devices: bool, network: bool,
-                hide_tmp: bool) -> list[str]:
+                hide_tmp: bool, scratch_home: bool) -> list[str]:
     args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--proc", "/proc",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     args += ["--dev-bind", "/dev", "/dev"] if devices else ["--dev", "/dev"]
@@ -122,6 +122,10 @@ def _bwrap_args(work: Path | None, writable: Sequence[Path], readable: Sequence[
     for w in [*([work] if work else []), *writable]:
         w.mkdir(parents=True, exist_ok=True)
         args += ["--bind", str(w.resolve()), str(w.resolve())]
+    # The hidden folders' stand-ins are read-only too: a write there must fail, not land in a throwaway copy.
+    # A worker keeps a scratch home (torch's and Triton's caches), thrown away when it ends.
+    for h in hidden if not scratch_home else [h for h in hidden if str(h) == "/tmp"]:
+        args += ["--remount-ro", str(h)]
     return args
 
 
@@ -160,11 +164,11 @@ def _preexec(limits: Limits):
 
 def command(argv: Sequence[str], work: Path | None = None, writable: Sequence[Path] = (),
             readable: Sequence[Path] = (), devices: bool = False, network: bool = False,
-            hide_tmp: bool = True) -> tuple[list[str], str]:
+            hide_tmp: bool = True, scratch_home: bool = False) -> tuple[list[str], str]:
     """The argv that runs `argv` sandboxed at this machine's level, and that level."""
     _require()
     if level() == "bwrap":
-        return [*_bwrap_args(work, writable, readable, devices, network, hide_tmp), "--", *argv], "bwrap"
+        return [*_bwrap_args(work, writable, readable, devices, network, hide_tmp, scratch_home), "--", *argv], "bwrap"
     return list(argv), "rlimits"
 
 
