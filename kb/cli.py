@@ -2,8 +2,10 @@
 
 Data goes to stdout, messages and progress to stderr. Exit codes: 0 fine;
 1 something refuted or drifted (a finding); 2 bad input or usage; 3 a check
-could not run (harness fault, partial audit); 4 an internal error in kb (a
-bug: the traceback goes to stderr); 130 interrupted.
+could not run (harness fault, partial audit) or an output could not be
+written (disk full, permissions, read-only file system); 4 an internal error
+in kb (a bug: the traceback goes to stderr); 130 interrupted. Text output
+escapes control characters in record data (kb.render.safe).
 """
 
 from __future__ import annotations
@@ -19,13 +21,17 @@ from kb.config import Config, load_config
 from kb.index.rests import RESTS
 from kb.index.strength import GRADES
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
-from kb.render import emit_json, table
+from kb.render import echo, emit_json, safe, table
 
 
 class BadInput(click.ClickException):
     """Input files are wrong: exit 2 after listing every problem."""
 
     exit_code = 2
+
+    def format_message(self) -> str:
+        """The message, control characters in any record text it quotes escaped."""
+        return safe(self.message)
 
 
 def _cfg(ctx: click.Context) -> Config:
@@ -42,7 +48,7 @@ def _index(ctx: click.Context, force: bool = False):
         return open_index(cfg, force=force)
     except IndexError_ as exc:
         for p in exc.problems:
-            click.echo(str(p), err=True)
+            echo(str(p), err=True)
         raise BadInput(f"{len(exc.problems)} problem(s) in the input files; the index was left unchanged") from None
     except (sqlite3.DatabaseError, OSError) as exc:
         raise BadInput(f"cannot use {cfg.db_path} as the index database ({exc}); "
@@ -81,10 +87,10 @@ def validate(ctx: click.Context, as_json: bool) -> None:
                    "problems": [p.__dict__ for p in problems]})
     else:
         for p in problems:
-            click.echo(str(p), err=True)
+            echo(str(p), err=True)
     if problems:
         raise BadInput(f"{len(problems)} problem(s) found")
-    click.echo(f"ok: {len(corpus.claims)} claims, {len(corpus.sources)} sources", err=True)
+    echo(f"ok: {len(corpus.claims)} claims, {len(corpus.sources)} sources", err=True)
 
 
 _ROW_FIELDS = ("id", "generation", "status", "strength", "statement")
@@ -98,23 +104,24 @@ def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None) 
         import json
 
         for r in rows:
-            click.echo(json.dumps(r))
+            echo(json.dumps(r))
     elif fmt in ("csv", "tsv"):
         import csv
 
-        flat = [{k: (",".join(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
+        flat = [{k: (safe(",".join(v) if isinstance(v, list) else v) if isinstance(v, (str, list)) else v)
+                 for k, v in r.items()} for r in rows]
         fields = list(rows[0]) if rows else list(_ROW_FIELDS)
         w = csv.DictWriter(sys.stdout, fieldnames=fields, dialect="excel-tab" if fmt == "tsv" else "excel",
                            lineterminator="\n")
         w.writeheader()
         w.writerows(flat)
     else:
-        click.echo(table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
+        echo(table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
                          ["id", "gen", "status", "strength", "statement"]))
-        click.echo(f"{len(rows)} claim(s)", err=True)
+        echo(f"{len(rows)} claim(s)", err=True)
     if total is not None and total > len(rows):
         # A cut listing says so, whatever the format (on stderr, so piped data stays clean).
-        click.echo(f"showing {len(rows)} of {total} matching claims; raise --limit to see more", err=True)
+        echo(f"showing {len(rows)} of {total} matching claims; raise --limit to see more", err=True)
 
 
 def _formats(f):
@@ -212,45 +219,45 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     if as_json:
         emit_json(rec)
         return
-    click.echo(f"{rec['id']}  [{rec['generation']} / {rec['phase']} / {rec['label']}]  {rec['file']}:{rec['line']}")
-    click.echo(f"  {rec['statement']}")
+    echo(f"{rec['id']}  [{rec['generation']} / {rec['phase']} / {rec['label']}]  {rec['file']}:{rec['line']}")
+    echo(f"  {rec['statement']}")
     scope = {k: v for k, v in rec.get("scope", {}).items() if v}
     if scope:
-        click.echo("  scope: " + "; ".join(f"{k}={v}" for k, v in scope.items()))
-    click.echo("  topics: " + ", ".join(rec["topics"]))
-    click.echo("anchors:")
+        echo("  scope: " + "; ".join(f"{k}={v}" for k, v in scope.items()))
+    echo("  topics: " + ", ".join(rec["topics"]))
+    echo("anchors:")
     for a in rec["anchors"]:
         where = a.get("path") or ""
         if a.get("lines"):
             where += f":{a['lines'][0]}-{a['lines'][1]}"
         extra = a.get("heading") or (f"slide {a['slide']}" if a.get("slide") else "") or a.get("sha", "")[:12] or ""
         loc = next((f"{k} {a[k]}" for k in ("section", "figure", "table", "equation", "algorithm") if a.get(k)), "")
-        click.echo(f"  - {a['source']} {where} {extra} {loc}".rstrip())
-    click.echo("checks:" if rec.get("checks") else f"review-only: {rec.get('review')}")
+        echo(f"  - {a['source']} {where} {extra} {loc}".rstrip())
+    echo("checks:" if rec.get("checks") else f"review-only: {rec.get('review')}")
     for i, c in enumerate(rec.get("checks", [])):
-        click.echo(f"  {i}. {c['verifier']} {c.get('params', {})} expect {c.get('expect', {})}")
+        echo(f"  {i}. {c['verifier']} {c.get('params', {})} expect {c.get('expect', {})}")
     rests = rec.get("rests") or {}
     for rel in ("depends_on", "refines", "supersedes"):
         edges = [e for e in rests.get("uses", []) if e["relation"] == rel]
         if edges:
-            click.echo(f"{rel.replace('_', ' ')}: " + ", ".join(f"{e['claim']} ({e['status']})" for e in edges))
+            echo(f"{rel.replace('_', ' ')}: " + ", ".join(f"{e['claim']} ({e['status']})" for e in edges))
     if rests.get("state"):
         chain = " -> ".join(f"{c['claim']} ({c['status']})" for c in rests["chain"])
-        click.echo(f"rests on: {rests['state']}" + (f", nearest {rests['via']}: {rec['id']} -> {chain}"
+        echo(f"rests on: {rests['state']}" + (f", nearest {rests['via']}: {rec['id']} -> {chain}"
                                                     if rests["state"] != "verified" else " (every dependency verified)"))
     if rests.get("used_by"):
-        click.echo("used by: " + ", ".join(f"{e['claim']} ({e['relation'].replace('_', ' ')})" for e in rests["used_by"][:12])
+        echo("used by: " + ", ".join(f"{e['claim']} ({e['relation'].replace('_', ' ')})" for e in rests["used_by"][:12])
                    + (f" and {len(rests['used_by']) - 12} more" if len(rests["used_by"]) > 12 else ""))
-    click.echo("status:")
+    echo("status:")
     for s in rec["status"]:
         grade = f"[{s['strength']}] " if s.get("strength") else ""
-        click.echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {grade}{s['reason']}")
+        echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {grade}{s['reason']}")
         if s.get("upstream"):
-            click.echo(f"  {'':>24}  {'(information)':<14} {s['upstream']}")
+            echo(f"  {'':>24}  {'(information)':<14} {s['upstream']}")
     if rec["runs"]:
-        click.echo("evidence:")
+        echo("evidence:")
         for r in rec["runs"][:10]:
-            click.echo(f"  {r['started']}  {r['hardware_class']:<22} check {r['check_index']} {r['verdict']:<12} {r['reason'][:80]}")
+            echo(f"  {r['started']}  {r['hardware_class']:<22} check {r['check_index']} {r['verdict']:<12} {r['reason'][:80]}")
 
 
 @cli.group(invoke_without_command=True)
@@ -276,7 +283,7 @@ def sources(ctx: click.Context, as_json: bool) -> None:
             return s["commit"][:12]
         return s.get("url", "") or s.get("title", "")
 
-    click.echo(table([(s["id"], s["kind"], s["anchors"], pin(s)) for s in rows], ["id", "kind", "anchors", "pin"]))
+    echo(table([(s["id"], s["kind"], s["anchors"], pin(s)) for s in rows], ["id", "kind", "anchors", "pin"]))
 
 
 @cli.command()
@@ -295,17 +302,18 @@ def hw(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json(env)
         return
-    click.echo(f"host      {env['host']} ({env['os']}, {env['cpu_count']} CPUs, Python {env['python']})")
+    echo(f"host      {env['host']} ({env['os']}, {env['cpu_count']} CPUs, Python {env['python']})")
     if env["gpus"]:
         for g in env["gpus"]:
-            click.echo(f"gpu       {g['name']} sm_{g['compute_capability']} {g['memory_mib']} MiB, driver {g['driver']}")
+            echo(f"gpu       {g['name']} sm_{g['compute_capability']} {g['memory_mib']} MiB, driver {g['driver']}")
         if "gpu" in env:
-            click.echo(f"cuda      {env['gpu']['sm_count']} SMs, CUDA {env.get('torch_cuda')}, cuDNN {env.get('cudnn')}")
+            echo(f"cuda      {env['gpu']['sm_count']} SMs, CUDA {env.get('torch_cuda')}, cuDNN {env.get('cudnn')}")
     else:
-        click.echo("gpu       none (GPU checks will be reported as needs-hardware)")
-    click.echo("packages  " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
+        echo("gpu       none (GPU checks will be reported as needs-hardware)")
+    echo("packages  " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
+    echo(f"sandbox   {env['sandbox']}")
     for kind, ok in can.items():
-        click.echo(f"{'can' if ok else 'cannot':>6} run {kind}")
+        echo(f"{'can' if ok else 'cannot':>6} run {kind}")
 
 
 @cli.command()
@@ -364,15 +372,15 @@ def sources_fetch(ctx: click.Context, ids: tuple[str, ...]) -> None:
     cfg = _cfg(ctx)
     try:
         results = fetch_sources(cfg, _index(ctx).corpus().sources, list(ids) or None,
-                                progress=lambda line: click.echo(line, err=True))
+                                progress=lambda line: echo(line, err=True))
     except KeyError as exc:
         raise BadInput(f"source {exc.args[0]!r} is not registered (see `kb sources`)") from None
     failed = [r for r in results if not r.ok]
     for r in failed:
-        click.echo(f"could not fetch {r.source}: {r.detail}" + (f" (missing {len(r.missing)} pin(s))" if r.missing else ""),
+        echo(f"could not fetch {r.source}: {r.detail}" + (f" (missing {len(r.missing)} pin(s))" if r.missing else ""),
                    err=True)
     ok = len(results) - len(failed)
-    click.echo(f"{ok} source(s) ready, {len(failed)} not" + ("; source checks for those will be skipped" if failed else ""),
+    echo(f"{ok} source(s) ready, {len(failed)} not" + ("; source checks for those will be skipped" if failed else ""),
                err=True)
     ctx.exit(3 if failed else 0)
 
@@ -386,11 +394,16 @@ def _positive_seconds(v: float | None) -> float | None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Write an export; an unwritable destination is the user's input, not a crash."""
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+    """Write an export atomically (the old file stays whole on any failure).
+
+    A folder that does not exist is the user's input (exit 2); a full disk, a permission or a read-only
+    file system raise kb.fsutil.OutputError, which `main` reports as exit 3.
+    """
+    from kb.fsutil import atomic_write_text
+
+    if not path.parent.is_dir():
+        raise BadInput(f"cannot write {path}: {path.parent} is not a folder")
+    atomic_write_text(path, text)
 
 
 def _progress(total: int) -> Any:
@@ -409,7 +422,7 @@ def _progress(total: int) -> Any:
                              f"supports {done['supports']} refutes {done['refutes']} errors {done['error']}  ")
             sys.stderr.flush()
         elif run.verdict in ("refutes", "error"):
-            sys.stderr.write(f"{run.verdict}: {task.key} {run.reason[:120]}\n")
+            sys.stderr.write(safe(f"{run.verdict}: {task.key} {run.reason[:120]}") + "\n")
 
     return tick
 
@@ -420,8 +433,8 @@ def _render_plan(plan: Any, as_json: bool) -> None:
     if as_json:
         emit_json([dict(zip(("check", "verifier", "action", "why"), r, strict=True)) for r in rows])
         return
-    click.echo(table(rows, ["check", "verifier", "action", "why / hardware class"]))
-    click.echo(f"{len(plan.to_run)} to run, {len(plan.tasks) - len(plan.to_run)} cached, "
+    echo(table(rows, ["check", "verifier", "action", "why / hardware class"]))
+    echo(f"{len(plan.to_run)} to run, {len(plan.tasks) - len(plan.to_run)} cached, "
                f"{len(plan.skipped)} skipped", err=True)
 
 
@@ -431,24 +444,24 @@ def _render_verify(result: Any, as_json: bool) -> None:
     if sys.stderr.isatty() and result.plan.to_run:
         sys.stderr.write("\n")
     if result.interrupted:
-        click.echo(f"interrupted: {len(result.new)} finished run(s) recorded; the rest did not run", err=True)
+        echo(f"interrupted: {len(result.new)} finished run(s) recorded; the rest did not run", err=True)
         return
     summary = result.summary()
     if as_json:
         emit_json(summary)
         return
-    click.echo(table(sorted(result.status_counts.items()), ["status", "claims"]))
+    echo(table(sorted(result.status_counts.items()), ["status", "claims"]))
     verdicts = summary["verdicts"]
-    click.echo(f"ran {summary['ran']}, cached {summary['cached']}, skipped {summary['skipped']}; "
+    echo(f"ran {summary['ran']}, cached {summary['cached']}, skipped {summary['skipped']}; "
                + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + f"; {result.seconds:.1f} s", err=True)
     for origin in summary["cached_from"]:
         span = origin["first"] if origin["first"] == origin["last"] else f"{origin['first']}..{origin['last']}"
-        click.echo(f"reused {origin['runs']} result(s) recorded earlier on {origin['hardware_class']} ({span}); "
+        echo(f"reused {origin['runs']} result(s) recorded earlier on {origin['hardware_class']} ({span}); "
                    "`kb verify --force` runs them here", err=True)
     for cid in summary["refuted"]:
-        click.echo(f"refuted: {cid}", err=True)
+        echo(f"refuted: {cid}", err=True)
     for why, n in Counter(w for *_, w in result.plan.skipped).most_common(5):
-        click.echo(f"skipped {n}: {why}", err=True)
+        echo(f"skipped {n}: {why}", err=True)
 
 
 @cli.group()
@@ -469,14 +482,14 @@ def evidence_import(ctx: click.Context, files: tuple[Path, ...]) -> None:
     known = set(_index(ctx).corpus().claims)
     new, dup, problems, unknown = import_files(_cfg(ctx).root, list(files), known)
     for p in problems:
-        click.echo(str(p), err=True)
+        echo(str(p), err=True)
     if problems:
         raise BadInput("nothing imported: fix the files above")
     _index(ctx)
     if unknown:
-        click.echo(f"note: {len(unknown)} imported claim id(s) are not in this knowledge base: "
+        echo(f"note: {len(unknown)} imported claim id(s) are not in this knowledge base: "
                    + ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else ""), err=True)
-    click.echo(f"imported {new} new run(s); {dup} already known", err=True)
+    echo(f"imported {new} new run(s); {dup} already known", err=True)
 
 
 @cli.group()
@@ -502,12 +515,12 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
     if check:
         current = out.read_text() if out.exists() else ""
         if current != text:
-            click.echo(f"{out} is out of date: run `kb export status`", err=True)
+            echo(f"{out} is out of date: run `kb export status`", err=True)
             ctx.exit(1)
-        click.echo(f"{out} is up to date", err=True)
+        echo(f"{out} is up to date", err=True)
         return
     _write_text(out, text)
-    click.echo(f"wrote {out}", err=True)
+    echo(f"wrote {out}", err=True)
 
 
 @export.command("site")
@@ -533,12 +546,16 @@ def export_site(ctx: click.Context, output: Path, previous: str | None) -> None:
     except OSError as exc:
         raise BadInput(f"--previous {previous}: {exc.strerror or exc}") from None
     if note:
-        click.echo(f"{note}; comparing with {output} instead", err=True)
+        echo(f"{note}; comparing with {output} instead", err=True)
+    from kb.fsutil import OutputError, is_environment_error
+
     try:
         n = build_site(_index(ctx).db, _cfg(ctx), output, prev_text)
     except OSError as exc:
+        if isinstance(exc, OutputError) or is_environment_error(exc):
+            raise  # the machine, not the input: exit 3 (main)
         raise BadInput(f"cannot write the site to {output}: {exc.strerror or exc}") from None
-    click.echo(f"wrote {n} page(s) to {output} in {time.perf_counter() - start:.2f} s", err=True)
+    echo(f"wrote {n} page(s) to {output} in {time.perf_counter() - start:.2f} s", err=True)
 
 
 @export.command("prov")
@@ -588,7 +605,7 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
 
         results = do_record(_cfg(ctx).root)
         for sid, outcome in results:
-            click.echo(f"{sid}: {outcome}", err=True)
+            echo(f"{sid}: {outcome}", err=True)
         ctx.exit(3 if any(o.startswith("not recorded") for _, o in results) else 0)
 
     ref_map = dict(r.split("=", 1) if "=" in r else ("*", r) for r in refs)
@@ -635,7 +652,7 @@ def graph(ctx: click.Context, claim_id: str | None, depth: int, note: str | None
     text = graph_text(g, fmt)
     if output:
         _write_text(output, text)
-        click.echo(f"wrote {len(g.nodes)} nodes, {len(g.edges)} edges to {output}", err=True)
+        echo(f"wrote {len(g.nodes)} nodes, {len(g.edges)} edges to {output}", err=True)
     else:
         sys.stdout.write(text)
 
@@ -670,22 +687,22 @@ def repin(ctx: click.Context, source_id: str, pin: str, ref: str, write: bool, a
                               for o in plan.outcomes],
                    "diff": plan.diff(cfg.root), "written": write})
     else:
-        click.echo(table(rows, ["claim", "outcome", "detail"]))
+        echo(table(rows, ["claim", "outcome", "detail"]))
         for o in plan.outcomes:
             if o.diff:
-                click.echo(f"\n{o.claim_id}: {o.detail}\n{o.diff}")
-        click.echo(plan.diff(cfg.root))
-    click.echo(f"{source_id}@{pin}: {plan.old_sha[:12]} -> {plan.new_sha[:12]}; "
+                echo(f"\n{o.claim_id}: {o.detail}\n{o.diff}")
+        echo(plan.diff(cfg.root))
+    echo(f"{source_id}@{pin}: {plan.old_sha[:12]} -> {plan.new_sha[:12]}; "
                + ", ".join(f"{v} {k}" for k, v in counts.items())
                + (f"; claims left behind keep {plan.old_sha[:12]} as {plan.kept_as} (tracking, so they read stale)"
                   if plan.kept_as else ""), err=True)
     if not write:
-        click.echo("dry run: nothing written (pass --write to apply)", err=True)
+        echo("dry run: nothing written (pass --write to apply)", err=True)
         ctx.exit(1 if counts["changed upstream"] or counts["checks fail at the new ref"] else 0)
     problems = write_repin(cfg, plan, check_files)
     if problems:
         for p in problems:
-            click.echo(p, err=True)
+            echo(p, err=True)
         raise BadInput("the edits did not validate; every file was restored")
     if plan.advanced:
         from kb.verify.evidence import write_batch
@@ -693,7 +710,7 @@ def repin(ctx: click.Context, source_id: str, pin: str, ref: str, write: bool, a
         runs = [r for o in plan.advanced for r in o.runs]
         if runs:
             write_batch(cfg.root, runs)  # the checks that held at the new ref are evidence for the re-anchored claims
-    click.echo(f"wrote {len(plan.edits)} file(s); run `kb audit` to record the new state of the source", err=True)
+    echo(f"wrote {len(plan.edits)} file(s); run `kb audit` to record the new state of the source", err=True)
     ctx.exit(1 if counts["changed upstream"] or counts["checks fail at the new ref"] else 0)
 
 
@@ -713,7 +730,7 @@ def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...]
         out = describe_anchor(_cfg(ctx), _index(ctx).corpus(), source_id, path, where, sha)
     except AnchorError as exc:
         raise BadInput(str(exc)) from None
-    click.echo("\n".join(out))
+    echo("\n".join(out))
 
 
 @cli.command()
@@ -730,27 +747,36 @@ def coverage(ctx: click.Context, as_json: bool) -> None:
     try:
         files = run_coverage(_cfg(ctx), _index(ctx).db)
     except CoverageError as exc:
-        click.echo(f"coverage could not run: {exc}", err=True)
+        echo(f"coverage could not run: {exc}", err=True)
         ctx.exit(3)
     if as_json:
         emit_json([f.__dict__ for f in files])
     else:
         rows = [(f.path, len(f.covered), len(f.allowed), len(f.structural), len(f.missing), ", ".join(f.missing))
                 for f in files]
-        click.echo(table(rows, ["note", "covered", "allow-listed", "structural", "missing", "missing sections"]))
+        echo(table(rows, ["note", "covered", "allow-listed", "structural", "missing", "missing sections"]))
     ctx.exit(1 if any(f.missing for f in files) else 0)
 
 
 INTERNAL_ERROR = 4
+ENVIRONMENT_ERROR = 3
 
 
 def main() -> None:
-    """Console-script entry point: a crash is exit 4, never mistaken for a finding (exit 1)."""
+    """Console-script entry point: a crash is exit 4, never mistaken for a finding (exit 1); a file system
+    that refuses an output (disk full, permissions, read-only) is exit 3 with one line naming the path."""
     import traceback
+
+    from kb.fsutil import OutputError, is_environment_error
 
     try:
         cli(prog_name="kb")
-    except Exception:  # click has already handled usage errors and its own exceptions
+    except Exception as exc:  # click has already handled usage errors and its own exceptions
+        if isinstance(exc, OutputError) or is_environment_error(exc):
+            path = getattr(exc, "filename", None)
+            message = f"{path}: {exc.strerror}" if path and not isinstance(exc, OutputError) else str(exc)
+            sys.stderr.write(f"kb: {safe(message)}\n")
+            sys.exit(ENVIRONMENT_ERROR)
         traceback.print_exc()
         sys.stderr.write(f"kb: internal error (exit {INTERNAL_ERROR}); please report it with the traceback above\n")
         sys.exit(INTERNAL_ERROR)

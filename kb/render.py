@@ -1,17 +1,44 @@
-"""Terminal rendering: plain tables that fit a terminal, JSON for scripts."""
+"""Terminal rendering: plain tables that fit a terminal, JSON for scripts.
+
+Record text is data: control characters in it (an OSC or CSI escape
+sequence, a carriage return, any C0/C1 character) never reach the terminal
+raw; `safe` shows them escaped (ESC as the four characters `\\x1b`).
+JSON output needs nothing: `json.dumps` escapes them.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import click
+
+# C0 controls, DEL and C1 controls; newline and tab are kept where a layout needs them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_ANY = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+def safe(text: Any, layout: bool = True) -> str:
+    """`text` with control characters shown escaped; newline and tab kept when `layout`, escaped otherwise."""
+    return (_CONTROL if layout else _CONTROL_ANY).sub(_escape, "" if text is None else str(text))
+
+
+def echo(message: Any = "", err: bool = False) -> None:
+    """click.echo of text that may hold record data, its control characters escaped."""
+    click.echo(safe(message), err=err)
+
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], wrap_last: bool = True) -> str:
     """A plain text table; on a terminal the last column is cut to its width, when piped nothing is cut."""
-    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
+    cells = [[safe(c, layout=False) for c in r] for r in rows]  # one line per row: even newlines are escaped
     piped = not sys.stdout.isatty()
     widths = [len(h) for h in headers]
     for r in cells:

@@ -18,14 +18,15 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
     "config": set(),
     "render": set(),
+    "fsutil": set(),
     "records": {"config"},
     "pinned": {"config", "records"},
     "verify": {"config", "records", "pinned"},
     "audit": {"config", "records", "pinned", "render"},
     "index": {"config", "records", "pinned", "verify", "audit.state"},
-    "export": {"config", "records", "index"},
-    "maintain": {"config", "render", "records", "pinned", "verify", "index", "audit"},
-    "cli": {"config", "render", "records", "pinned", "verify", "index", "audit", "export", "maintain"},
+    "export": {"config", "fsutil", "records", "index"},
+    "maintain": {"config", "fsutil", "render", "records", "pinned", "verify", "index", "audit"},
+    "cli": {"config", "fsutil", "render", "records", "pinned", "verify", "index", "audit", "export", "maintain"},
     "__main__": {"cli"},
 }
 

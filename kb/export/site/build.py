@@ -18,11 +18,18 @@ and from GitHub Pages, and nothing is fetched from another host):
 
 Templates and assets come from the project's site/ folder when it has one,
 else from the site/ folder next to the kb package.
+
+The whole site is built in a sibling folder and swapped in at the end
+(kb.fsutil.replaced_dir): a kill or a full disk during an export leaves the
+complete old site or the complete new one, never a mix. An unchanged file is
+linked from the old site, so it keeps its mtime; files the build does not
+write (a CNAME, say) are carried over, except claim pages whose claim is gone.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -54,6 +61,7 @@ from kb.export.site.data import (
     source_links,
 )
 from kb.export.site.svg import Bar, stacked_bars, value_bars
+from kb.fsutil import replaced_dir
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
 PACKAGE_SITE = Path(__file__).resolve().parents[3] / "site"
@@ -86,19 +94,26 @@ def _filter_href(**params: str) -> str:
     return "claims.html#" + urlencode(params)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write `text` unless the file already holds it (a re-export rewrites only what changed, and keeps mtimes)."""
-    data = text.encode("utf-8")
-    try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    path.write_bytes(data)
+class _Writer:
+    """Writes the new site into `new`; a file the old site `old` already holds as it is becomes a link to it
+    (a re-export rewrites only what changed, and keeps mtimes)."""
 
+    def __init__(self, new: Path, old: Path) -> None:
+        self.new, self.old = new, old
 
-def _render(tpl: Template, path: Path, **ctx: Any) -> None:
-    _write(path, tpl.render(**ctx))
+    def write(self, rel: str, text: str) -> None:
+        data = text.encode("utf-8")
+        target, before = self.new / rel, self.old / rel
+        try:
+            if before.stat().st_size == len(data) and before.read_bytes() == data:
+                os.link(before, target)
+                return
+        except OSError:
+            pass
+        target.write_bytes(data)
+
+    def render(self, tpl: Template, rel: str, **ctx: Any) -> None:
+        self.write(rel, tpl.render(**ctx))
 
 
 def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
@@ -212,11 +227,11 @@ def _copy_static(src: Path, dest: Path) -> None:
             shutil.copyfile(f, dest / f.name)
 
 
-def _write_index(data: SiteData, out: Path) -> None:
+def _write_index(data: SiteData, out: _Writer) -> None:
     text = json.dumps(index_json(data), separators=(",", ":"), ensure_ascii=True)
-    _write(out / "claims.json", text + "\n")
+    out.write("claims.json", text + "\n")
     # '<' escaped so the index can never close a script element, whatever a statement says.
-    _write(out / "claims-index.js", "window.KB_CLAIMS = " + text.replace("<", "\\u003c") + ";\n")
+    out.write("claims-index.js", "window.KB_CLAIMS = " + text.replace("<", "\\u003c") + ";\n")
 
 
 def read_previous(previous: str | None) -> tuple[str | None, str | None]:
@@ -255,11 +270,27 @@ def changes_since(out: Path, data: SiteData, previous: str | None = None) -> dic
     return {"added": sorted(set(now) - set(before)), "removed": sorted(set(before) - set(now)), "moved": moved}
 
 
-def _remove_stale_pages(folder: Path, keep: set[str]) -> None:
-    """Claim pages from an earlier build whose claim is gone (only *.html we could have written)."""
-    for f in folder.glob("*.html"):
-        if f.name not in keep:
-            f.unlink()
+def _carry_over(old: Path, new: Path) -> None:
+    """Files of the old site the new build did not write stay (as when the site was written in place),
+    except claim pages: a claims/*.html not written now is a page whose claim is gone."""
+    if not old.is_dir():
+        return
+    for folder, _, files in os.walk(old):
+        rel = Path(folder).relative_to(old)
+        for name in files:
+            src, target = Path(folder) / name, new / rel / name
+            if (rel == Path("claims") and name.endswith(".html")) or target.exists() or target.is_symlink():
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), target)
+                else:
+                    os.link(src, target)
+            except (FileExistsError, NotADirectoryError):
+                continue  # the new build has a file where the old one had a folder, or the reverse
+            except OSError:
+                shutil.copy2(src, target, follow_symlinks=False)
 
 
 def corpus_revision(root: Path) -> dict[str, Any] | None:
@@ -288,15 +319,23 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path, previous: str 
     """Write the static site for the index `db` into `out`; return the number of HTML pages written.
 
     `previous` is the text of an earlier export's claims.json to compare with (default: the one in `out`).
+    The site is built beside `out` and replaces it whole at the end (kb.fsutil.OutputError on failure,
+    `out` left as it was).
     """
     data = load_site(db)
     base = site_dir(cfg)
     env = environment(base / "templates")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "claims").mkdir(exist_ok=True)
-    _copy_static(base / "static", out / "static")
-    _write(out / ".nojekyll", "")
-    changes = changes_since(out, data, previous)  # read the previous claims.json before overwriting it
+    with replaced_dir(out) as new:
+        n = _build(db, cfg, data, env, base, _Writer(new, out), changes_since(out, data, previous))
+        _carry_over(out, new)
+    return n
+
+
+def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environment, base: Path, out: _Writer,
+           changes: dict[str, Any] | None) -> int:
+    (out.new / "claims").mkdir()
+    _copy_static(base / "static", out.new / "static")
+    out.write(".nojekyll", "")
     _write_index(data, out)
 
     topics = sorted({t for c in data.claims for t in c["topics"]}, key=lambda t: TOPICS.index(t) if t in TOPICS else 999)
@@ -314,7 +353,7 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path, previous: str 
     graph = load_graph(db)
     pages["graph.html"] = ("graph.html", _graph_context(graph))
     for name, (tpl_name, ctx) in pages.items():
-        _render(env.get_template(tpl_name), out / name, root="", page=name, **ctx)
+        out.render(env.get_template(tpl_name), name, root="", page=name, **ctx)
 
     claim_tpl = env.get_template("claim.html")
     keep = set()
@@ -327,6 +366,5 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path, previous: str 
             sub = neighbourhood(graph, c["id"], 2)
             hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
                                      highlight=c["id"]))
-        _render(claim_tpl, out / "claims" / name, root="../", page="claim", graph=hood, **_claim_context(c, data))
-    _remove_stale_pages(out / "claims", keep)
+        out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data))
     return len(pages) + len(keep)
