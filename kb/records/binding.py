@@ -1,10 +1,13 @@
 """Binding: every number a statement states is tied to a check, so the two cannot drift apart.
 
-A number in a claim's statement is bound when a check reproduces it: it is an
-expected value (`equals`, `approx`, bounds), a parameter the check consumes
-(a shape, a grid point, a literal in an expression), text the check looks for
-in the pinned source (a token or pattern that contains it), or the value of a
-hardware constant an expression names (`H100.sm_count`). A number that is a
+A number in a claim's statement is bound when a check reproduces it, by role:
+an expected value (`equals`, `approx`, bounds), a numeric parameter the check
+consumes (a shape, a grid point; not an anchor index), a literal in an
+expression kb's safe evaluators compute (arith, math.identity, a rule), or the
+value of a hardware constant such an expression names (`H100.sm_count`).
+A standalone number in a token a source check requires in the pinned lines
+binds (the pinned source states it). Digits inside code text (C++ values and
+calls, preludes, snippet names), regexes and identifiers bind nothing. A number that is a
 condition rather than a result is declared in `givens` and must be consumed by
 a check parameter (`"$name"`), so a given no check reads binds nothing. A
 number that names rather than measures (a section, a step, a year) is listed,
@@ -71,16 +74,31 @@ def statement_numbers(statement: str) -> list[tuple[str, float, str | None]]:
     return out
 
 
-def _collect(obj: Any, out: set[float], texts: list[str], constants: Mapping[str, Mapping[str, Any]]) -> None:
+# Binding by role: which parameters may bind a statement number. Numbers a check consumes bind (shapes, grid
+# points, block sizes), except anchor indices; text binds only where kb's own safe evaluators read it as
+# arithmetic (arith expressions and lets, math.identity steps, a rule). Digits in code text (C++ values, calls,
+# preludes, snippet names), in tokens and regexes searched for, in identifiers (functions, kernel filters,
+# impl, arch, dtype) and in flags bind nothing: they coincide with statement numbers without reproducing them.
+NON_BINDING_NUMBERS = frozenset({"anchor"})
+EXPRESSION_KEYS = frozenset({"expr", "let", "rule", "lhs", "rhs", "do", "steps", "formula", "define", "where"})
+# Tokens a source check requires in the cited pinned lines state the number in the pinned source itself:
+# a standalone number in them binds (not digits inside names such as sm_90 or kHeadDim128).
+SOURCE_TEXT_KEYS = frozenset({"tokens"})
+
+
+def _collect(obj: Any, out: set[float], texts: list[str], constants: Mapping[str, Mapping[str, Any]],
+             key: str | None = None, expression: bool = False) -> None:
     if isinstance(obj, bool) or obj is None:
         return
     if isinstance(obj, int | float):
-        if math.isfinite(obj):
+        if math.isfinite(obj) and key not in NON_BINDING_NUMBERS:
             out.add(float(obj))
         return
     if isinstance(obj, str):
         texts.append(obj)
-        for m in re.finditer(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", obj):
+        if not (expression or key in EXPRESSION_KEYS or key in SOURCE_TEXT_KEYS):
+            return
+        for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])", obj):
             out.add(float(m.group()))
         for m in re.finditer(r"\b([A-Za-z]\w*)\.(\w+)\b", obj):
             v = constants.get(m.group(1), {}).get(m.group(2))
@@ -89,12 +107,11 @@ def _collect(obj: Any, out: set[float], texts: list[str], constants: Mapping[str
         return
     if isinstance(obj, Mapping):
         for k, v in obj.items():
-            _collect(k, out, texts, constants)
-            _collect(v, out, texts, constants)
+            _collect(v, out, texts, constants, str(k), expression or str(k) in EXPRESSION_KEYS)
         return
     if isinstance(obj, Iterable):
         for v in obj:
-            _collect(v, out, texts, constants)
+            _collect(v, out, texts, constants, key, expression)
 
 
 def consumed_givens(checks: list[Any]) -> set[str]:
@@ -122,7 +139,9 @@ def bound_values(claim: Any, constants: Mapping[str, Mapping[str, Any]]) -> set[
     texts: list[str] = []
     for ch in claim.checks:
         _collect(ch.params, out, texts, constants)
-        _collect({k: v.model_dump(by_alias=True, exclude_none=True) for k, v in ch.expect.items()}, out, texts, constants)
+        # Expected values bind whatever their type: an expected date or subject line states its numbers.
+        _collect({k: v.model_dump(by_alias=True, exclude_none=True) for k, v in ch.expect.items()}, out, texts, constants,
+                 expression=True)
     used = consumed_givens(claim.checks)
     for name, value in (claim.givens or {}).items():
         if name in used:

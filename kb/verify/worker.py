@@ -56,6 +56,14 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             verdict, reason = outcome.verdict, outcome.reason or ""
             if verdict not in ("supports", "refutes", "inconclusive", "skipped", "error"):
                 verdict, reason = "error", f"verifier returned an unknown verdict {str(verdict)[:40]!r} (harness fault)"
+            elif verdict == "supports" and task["expect"]:
+                # A verifier that decides its own verdict (a source check, a spread-aware benchmark) may turn a
+                # result inconclusive or refuting, but it never supports what the expectation does not: the
+                # expectation always applies.
+                expect = {k: Comparison.model_validate(v) for k, v in task["expect"].items()}
+                judged, why = judge(measurements, expect)
+                if judged != "supports":
+                    verdict, reason = judged, f"{why} (the expectation; the verifier alone found: {reason})"
         else:
             expect = {k: Comparison.model_validate(v) for k, v in task["expect"].items()}
             verdict, reason = judge(measurements, expect)
