@@ -24,6 +24,20 @@ from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERI
 from kb.render import echo, emit_json, safe, table
 
 
+class MachineError(click.ClickException):
+    """This machine could not do it (a full disk, permissions, a read-only file system): exit 3."""
+
+    exit_code = 3
+
+    def format_message(self) -> str:
+        """The message, control characters escaped."""
+        return safe(self.message)
+
+    def show(self, file: Any = None) -> None:
+        """One line on stderr, as main() prints the machine's errors: `kb: cannot write PATH: why`."""
+        click.echo(f"kb: {self.format_message()}", err=True)
+
+
 class BadInput(click.ClickException):
     """Input files are wrong: exit 2 after listing every problem."""
 
@@ -45,7 +59,7 @@ def _index(ctx: click.Context, force: bool = False):
 
     cfg = _cfg(ctx)
     try:
-        return open_index(cfg, force=force)
+        idx = open_index(cfg, force=force)
     except IndexError_ as exc:
         for p in exc.problems:
             echo(str(p), err=True)
@@ -53,6 +67,14 @@ def _index(ctx: click.Context, force: bool = False):
     except (sqlite3.DatabaseError, OSError) as exc:
         raise BadInput(f"cannot use {cfg.db_path} as the index database ({exc}); "
                        "point --db at a new file or delete it: it is a cache, rebuilt from the files") from None
+    # Evidence set aside and runs whose stored verdict disagrees with their measurements: said once per command.
+    root = ctx.find_root()
+    root.meta.setdefault("kb_warned", False)
+    if not root.meta["kb_warned"]:
+        root.meta["kb_warned"] = True
+        for w in idx.warnings():
+            echo(f"kb: warning: {w}", err=True)
+    return idx
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -258,6 +280,8 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
         echo("evidence:")
         for r in rec["runs"][:10]:
             echo(f"  {r['started']}  {r['hardware_class']:<22} check {r['check_index']} {r['verdict']:<12} {r['reason'][:80]}")
+            if r.get("distrust"):
+                echo(f"  {'':>25}  not counted: {r['distrust']}")
 
 
 @cli.group(invoke_without_command=True)
@@ -399,11 +423,16 @@ def _write_text(path: Path, text: str) -> None:
     A folder that does not exist is the user's input (exit 2); a full disk, a permission or a read-only
     file system raise kb.fsutil.OutputError, which `main` reports as exit 3.
     """
-    from kb.fsutil import atomic_write_text
+    from kb.fsutil import OutputError, atomic_write_text
 
+    if not str(path).strip() or path.is_dir():
+        raise BadInput(f"cannot write {str(path) or repr('')}: name a file, not a folder")
     if not path.parent.is_dir():
         raise BadInput(f"cannot write {path}: {path.parent} is not a folder")
-    atomic_write_text(path, text)
+    try:
+        atomic_write_text(path, text)
+    except OutputError as exc:
+        raise MachineError(str(exc)) from None
 
 
 def _progress(total: int) -> Any:
@@ -541,6 +570,10 @@ def export_site(ctx: click.Context, output: Path, previous: str | None) -> None:
     start = time.perf_counter()
     if output.exists() and not output.is_dir():
         raise BadInput(f"{output} is a file, not a folder")
+    if blocker := next((p for p in output.absolute().parents if p.exists() and not p.is_dir()), None):
+        raise BadInput(f"cannot write the site to {output}: {blocker} is a file, not a folder")
+    if output.absolute() == Path.cwd() or not str(output).strip():
+        raise BadInput("the site needs a folder of its own (not the current folder): name one with -o")
     try:
         prev_text, note = read_previous(previous)
     except OSError as exc:
@@ -553,7 +586,7 @@ def export_site(ctx: click.Context, output: Path, previous: str | None) -> None:
         n = build_site(_index(ctx).db, _cfg(ctx), output, prev_text)
     except OSError as exc:
         if isinstance(exc, OutputError) or is_environment_error(exc):
-            raise  # the machine, not the input: exit 3 (main)
+            raise MachineError(str(exc)) from None  # the machine, not the input: exit 3
         raise BadInput(f"cannot write the site to {output}: {exc.strerror or exc}") from None
     echo(f"wrote {n} page(s) to {output} in {time.perf_counter() - start:.2f} s", err=True)
 

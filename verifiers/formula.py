@@ -32,9 +32,32 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from kb.registry import Context, Outcome, Params, verifier
+
+# Memory bound of the evaluator: no variable, and no value a step computes, may hold more than this
+# many fp64 elements (128 MiB); all declared variables together at most twice that. Checked before
+# anything is allocated: declared shapes when the parameters are read, each operation's result shape
+# on torch's meta device (shapes only, no data) before it runs.
+MAX_ELEMENTS = 1 << 24
+MAX_TOTAL_ELEMENTS = 2 * MAX_ELEMENTS
+MAX_DIMS = 8
+
+
+class TooLarge(ValueError):
+    """A variable or an intermediate value would exceed the evaluator's memory bound (a harness error, not a verdict)."""
+
+
+def _numel(shape: list[int] | tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _shape_text(shape: Any) -> str:
+    return "×".join(map(str, shape)) or "scalar"
 
 
 class Loop(Params):
@@ -61,6 +84,21 @@ class IdentityParams(Params):
     trials: int = Field(default=3, ge=1, le=20)
     seed: int = 0
     scale: float = 3.0  # spread of the random scores
+
+    @model_validator(mode="after")
+    def _bounded(self) -> IdentityParams:
+        total = 0
+        for name, shape in self.vars.items():
+            if len(shape) > MAX_DIMS or any(d < 0 for d in shape):
+                raise ValueError(f"variable {name!r} has shape {shape}: at most {MAX_DIMS} non-negative dimensions")
+            n = _numel(shape)
+            if n > MAX_ELEMENTS:
+                raise ValueError(f"variable {name!r} has shape {_shape_text(shape)} = {n:,} elements, above the "
+                                 f"bound of {MAX_ELEMENTS:,} ({MAX_ELEMENTS * 8 // 2**20} MiB of fp64)")
+            total += n
+        if total > MAX_TOTAL_ELEMENTS:
+            raise ValueError(f"the variables hold {total:,} elements together, above the bound of {MAX_TOTAL_ELEMENTS:,}")
+        return self
 
 
 _FUNCS = ("exp", "log", "sqrt", "abs", "max", "min", "rowmax", "rowsum", "colsum", "sum", "softmax", "logsumexp",
@@ -90,6 +128,23 @@ def _functions(torch: Any, env: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _bounded(torch: Any, what: str, fn: Any, *args: Any) -> Any:
+    """fn(*args), after checking on the meta device (shapes, no data) that its result fits the memory bound.
+
+    Where the meta device cannot tell (an error there, a value that needs data), the real call runs
+    and raises its own error, if any: operations that cannot grow their inputs need no check.
+    """
+    metas = [torch.empty(a.shape, dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
+    try:
+        out = fn(*metas)
+    except Exception:
+        out = None
+    if isinstance(out, torch.Tensor) and out.numel() > MAX_ELEMENTS:
+        raise TooLarge(f"{what} would give a {_shape_text(tuple(out.shape))} value = {out.numel():,} elements, above "
+                       f"the bound of {MAX_ELEMENTS:,} ({MAX_ELEMENTS * 8 // 2**20} MiB of fp64)")
+    return fn(*args)
+
+
 def _eval(node: ast.AST, env: dict[str, Any], funcs: dict[str, Any], torch: Any) -> Any:
     if isinstance(node, ast.Expression):
         return _eval(node.body, env, funcs, torch)
@@ -105,15 +160,16 @@ def _eval(node: ast.AST, env: dict[str, Any], funcs: dict[str, Any], torch: Any)
         return -_eval(node.operand, env, funcs, torch)
     if isinstance(node, ast.BinOp):
         a, b = _eval(node.left, env, funcs, torch), _eval(node.right, env, funcs, torch)
-        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b, ast.Div: lambda: a / b,
-               ast.Pow: lambda: a ** b, ast.MatMult: lambda: a @ b}
+        ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y, ast.Mult: lambda x, y: x * y,
+               ast.Div: lambda x, y: x / y, ast.Pow: lambda x, y: x ** y, ast.MatMult: lambda x, y: x @ y}
         if type(node.op) in ops:
-            return ops[type(node.op)]()
+            return _bounded(torch, ast.unparse(node)[:60], ops[type(node.op)], a, b)
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         a, b = _eval(node.left, env, funcs, torch), _eval(node.comparators[0], env, funcs, torch)
-        cmp = {ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b, ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b}
+        cmp = {ast.Lt: lambda x, y: x < y, ast.LtE: lambda x, y: x <= y, ast.Gt: lambda x, y: x > y,
+               ast.GtE: lambda x, y: x >= y}
         if type(node.ops[0]) in cmp:
-            return cmp[type(node.ops[0])]()
+            return _bounded(torch, ast.unparse(node)[:60], cmp[type(node.ops[0])], a, b)
     if isinstance(node, ast.Attribute) and node.attr == "T":
         return _eval(node.value, env, funcs, torch).transpose(-1, -2)
     if isinstance(node, ast.Subscript):
@@ -121,7 +177,7 @@ def _eval(node: ast.AST, env: dict[str, Any], funcs: dict[str, Any], torch: Any)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in funcs:
         if node.func.id == "grad":
             return _grad(node, env, funcs, torch)
-        return funcs[node.func.id](*[_eval(a, env, funcs, torch) for a in node.args])
+        return _bounded(torch, ast.unparse(node)[:60], funcs[node.func.id], *[_eval(a, env, funcs, torch) for a in node.args])
     raise ValueError(f"unsupported expression: {ast.unparse(node)[:60]}")
 
 
@@ -166,7 +222,7 @@ def _run(steps: list[str | Loop], env: dict[str, Any], funcs: dict[str, Any], to
         env[target] = _eval(ast.parse(expr.strip(), mode="eval"), env, funcs, torch)
 
 
-@verifier("math.identity", kind="cpu-check", params=IdentityParams, timeout_s=60)
+@verifier("math.identity", kind="cpu-check", params=IdentityParams, timeout_s=60, own_verdict=True)
 def identity(p: IdentityParams, ctx: Context) -> Outcome:
     """Evaluate the statement's formula (let + lhs) and an independent definition (rhs) in fp64; report the gap."""
     import torch

@@ -16,7 +16,19 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import model_validator
+
 from kb.registry import Context, Outcome, Params, verifier
+
+# Memory bound: no array an identity builds may hold more than this many elements (128 MiB of fp64).
+# Checked when the parameters are read, from the sizes they declare, before anything is allocated.
+MAX_ELEMENTS = 1 << 24
+
+
+def _check_bound(what: str, elements: int) -> None:
+    if elements > MAX_ELEMENTS:
+        raise ValueError(f"{what} would hold {elements:,} elements, above the bound of {MAX_ELEMENTS:,} "
+                         f"({MAX_ELEMENTS * 8 // 2**20} MiB of fp64); choose smaller sizes")
 
 Identity = Literal[
     "qk-column-blocks",        # S = QK^T splits into column blocks Q K_b^T; block b depends on K_b alone
@@ -61,6 +73,26 @@ class BlockParams(Params):
     kv_tiles: int = 4
     causal: bool = False
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BlockParams:
+        """The largest array any identity builds from these sizes (an upper estimate) fits the bound."""
+        n, d, dv, bm, bn, h = (abs(x) for x in (self.n, self.d, self.d_v or self.d, self.block_m, self.block_n,
+                                                 self.heads))
+        kvh = abs(self.kv_heads)
+        ns, ds = max(map(abs, self.n_values), default=1), max(map(abs, self.d_values), default=1)
+        wide = max(n, d, dv)
+        candidates = {
+            "an n×n score matrix per head": max(h, kvh, 1) * n * wide,
+            "the stacked heads' tiles": max(h, 1) * bm * max(bn, d, dv),
+            "a tile against the sequence": max(bm, bn) * max(wide, bn, ds),
+            "the unfused intermediates": ns * max(ns, ds),
+            "the tile lists (Python objects)": 8 * (abs(self.q_tiles) + abs(self.num_splits)),
+            "the byte layout (as a list)": 16 * n * max(d, dv) if self.identity == "layout-transpose-bytes" else 0,
+        }
+        what, most = max(candidates.items(), key=lambda kv: kv[1])
+        _check_bound(f"{self.identity}: {what}", most)
+        return self
 
 
 def _randn(g, *shape):
@@ -510,6 +542,12 @@ class OwnershipParams(Params):
     d: int = 16
     causal: bool = False
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> OwnershipParams:
+        nq, nk = abs(self.q_tiles * self.block), abs(self.kv_tiles * self.block)
+        _check_bound("the score matrix", max(nq * nk, nq * abs(self.d), nk * abs(self.d)))
+        return self
 
 
 @verifier("math.tile-ownership", kind="cpu-check", params=OwnershipParams, timeout_s=60)

@@ -109,7 +109,20 @@ def get_claim(db: sqlite_utils.Database, claim_id: str) -> dict[str, Any] | None
     out["rests"] = _rests(db, claim_id)
     out["runs"] = [json.loads(x["json"]) for x in
                    db.query("SELECT json FROM runs WHERE claim_id = ? ORDER BY started DESC", [claim_id])]
+    # A run whose stored verdict disagrees with its measurements is kept, marked, and never counted.
+    flagged = _distrusted(db)
+    for run in out["runs"]:
+        if run.get("run_id") in flagged:
+            run["distrust"] = flagged[run["run_id"]].get("why")
     return out
+
+
+def _distrusted(db: sqlite_utils.Database) -> dict[str, dict[str, Any]]:
+    try:
+        row = db["meta"].get("distrusted")
+        return json.loads(row["value"]) or {}
+    except Exception:
+        return {}
 
 
 def list_sources(db: sqlite_utils.Database) -> list[dict[str, Any]]:

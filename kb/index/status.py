@@ -12,9 +12,10 @@ from kb.audit.state import entry_text, split_drift
 from kb.index.strength import grade, strongest
 from kb.records.models import Claim, Run, Source, Status
 from kb.verify.evidence import CPU_CLASS, latest_runs
+from kb.verify.expect import decides_own_verdict, normal_expectation, recorded_expectation, rederive
 from kb.verify.registry import VerifierSpec, requirements_for
 
-__all__ = ["ANY_CLASS", "CPU_CLASS", "PRECEDENCE", "derive"]
+__all__ = ["ANY_CLASS", "CPU_CLASS", "PRECEDENCE", "derive", "distrusted", "overridden"]
 
 ANY_CLASS = "*"
 # Which status wins when several hardware classes disagree, for the overall line.
@@ -37,18 +38,82 @@ def _stale_reason(claim: Claim, run: Run, spec: VerifierSpec | None, claim_hash:
     return None
 
 
+def distrusted(claims: Mapping[str, Claim], runs: Iterable[Run], registry: Mapping[str, VerifierSpec]) -> dict[str, str]:
+    """Runs whose stored verdict cannot be trusted, by run id, with why; such a run never counts.
+
+    Stored evidence is re-derived, never trusted: each run's verdict is judged again from its
+    recorded measurements and its recorded expectation (kb.verify.expect.rederive), and a run
+    that names the claim's current content hash must have recorded the check's current
+    expectation (a run recorded under an older hash is stale anyway).
+    """
+    out: dict[str, str] = {}
+    hashes: dict[str, str] = {}
+    own: dict[str, bool] = {}
+    current: dict[tuple[str, int], dict[str, Any]] = {}
+    recorded: dict[int, dict[str, Any] | None] = {}  # a recorded expectation's rules (cached) -> normal form
+    for run in runs:
+        if run.verifier not in own:  # an unknown verifier: only its "supports" can be re-derived
+            spec = registry.get(run.verifier)
+            own[run.verifier] = decides_own_verdict(spec) if spec is not None else True
+        why = rederive(run.verdict, run.measurements, run.expect, own[run.verifier])
+        claim = claims.get(run.claim_id)
+        if why is None and claim is not None and run.check_index < len(claim.checks) \
+                and run.verdict in ("supports", "refutes", "inconclusive"):
+            key = (run.claim_id, run.check_index)
+            if key not in current:
+                current[key] = normal_expectation(claim.checks[run.check_index].expect)
+            if run.expect != current[key] and _normal(run.expect, recorded) != current[key]:
+                # Different expectations: stale evidence when recorded under another hash (the usual
+                # case, said by _stale_reason), an inconsistent record under the current one.
+                if run.claim_id not in hashes:
+                    hashes[run.claim_id] = claim.content_hash()
+                if run.claim_hash == hashes[run.claim_id]:
+                    why = ("its recorded expectation differs from the check's, yet it names the claim's current "
+                           f"content hash (recorded {_short(run.expect)}, the check says {_short(current[key])})")
+        if why is not None:
+            out[run.run_id] = why
+    return out
+
+
+def _normal(expect: dict[str, Any], seen: dict[int, dict[str, Any] | None]) -> dict[str, Any] | None:
+    """A recorded expectation in normal form (None when invalid); only asked when it differs as written."""
+    rules = recorded_expectation(expect)
+    if rules is None:
+        return None
+    if id(rules) not in seen:  # the rules are cached per distinct expectation (kb.verify.expect)
+        seen[id(rules)] = normal_expectation(rules)
+    return seen[id(rules)]
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def overridden(runs: Iterable[Run], distrust: Mapping[str, str]) -> list[Run]:
+    """The distrusted runs that would be the latest of their (claim, check, class) if they were trusted."""
+    return [r for r in latest_runs(runs).values() if r.run_id in distrust]
+
+
+def _not_counted(run: Run, why: str) -> str:
+    return f"not counted: run {run.run_id} (check {run.check_index}, {run.hardware_class}): {why}"
+
+
 def derive(
     claims: Mapping[str, Claim],
     runs: Iterable[Run],
     registry: Mapping[str, VerifierSpec],
     drift: Mapping[str, list[dict[str, Any]]] | None = None,
     sources: Mapping[str, Source] | None = None,
+    distrust: Mapping[str, str] | None = None,
 ) -> list[Status]:
     """Per claim: one status per hardware class with evidence, plus the overall '*' status.
 
     `drift` is the committed audit record's entries per claim; `sources` give each
     entry's pin role: drift at a tracking pin (or in the notes) stales the claim,
-    drift at a fixed pin is carried as information in `upstream`.
+    drift at a fixed pin is carried as information in `upstream`. A run whose stored
+    verdict disagrees with what it measured (`distrusted`; computed here unless given)
+    is left out as if absent, and the statuses it would have decided say so.
     """
     drift = drift or {}
     sources = sources or {}
@@ -56,7 +121,13 @@ def derive(
     def role_of(e: Mapping[str, Any]) -> str:
         src = sources.get(e.get("source", ""))
         return src.role(e.get("pin")) if src is not None else "tracking"
-    latest = latest_runs(runs)
+    runs = list(runs)
+    if distrust is None:
+        distrust = distrusted(claims, runs, registry)
+    notes: dict[str, list[Run]] = {}
+    for run in overridden(runs, distrust) if distrust else []:
+        notes.setdefault(run.claim_id, []).append(run)
+    latest = latest_runs([r for r in runs if r.run_id not in distrust] if distrust else runs)
     by_claim: dict[str, list[Run]] = {}
     for (cid, _, _), run in latest.items():
         by_claim.setdefault(cid, []).append(run)
@@ -90,7 +161,18 @@ def derive(
             else:
                 pending.append(Status(claim_id=cid, hardware_class=ANY_CLASS, status="unverified",
                                       reason=f"check {i} ({claim.checks[i].verifier}) has not run"))
-        out.append(_overall(cid, class_status, pending))
+        overall = _overall(cid, class_status, pending)
+        if cid in notes:
+            flagged = sorted(notes[cid], key=lambda r: (r.check_index, r.hardware_class))
+            for j, st in enumerate(class_status):
+                mine = [r for r in flagged if r.hardware_class == st.hardware_class]
+                if mine:
+                    out[len(out) - len(class_status) + j] = st.model_copy(
+                        update={"reason": f"{st.reason}; {_not_counted(mine[0], distrust[mine[0].run_id])}"})
+            more = f" (+{len(flagged) - 1} more)" if len(flagged) > 1 else ""
+            overall = overall.model_copy(update={
+                "reason": f"{overall.reason}; {_not_counted(flagged[0], distrust[flagged[0].run_id])}{more}"})
+        out.append(overall)
     # Drift reaches every claim that cites the drifted lines, checked or not: what it
     # rests on is no longer what it cited. Per-class statuses keep saying what the
     # evidence said; only the overall status turns stale. A refutation stays visible:

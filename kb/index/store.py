@@ -13,6 +13,7 @@ import fcntl
 import gc
 import hashlib
 import json
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,38 @@ def m009_slide_anchors(db: sqlite_utils.Database) -> None:
     db["anchors"].add_column("slide", int)
 
 
+class IndexSchemaError(sqlite3.DatabaseError):
+    """The index database was written by a newer kb: its schema is one this kb does not know.
+
+    A DatabaseError, so every caller that refuses an unusable database refuses this one too (the CLI
+    exits 2 saying which file); it is never migrated or rebuilt in place by an older kb.
+    """
+
+
+def schema_version() -> int:
+    """The index schema this kb writes: the number of migrations it knows (stored as PRAGMA user_version)."""
+    return len(_known_migrations())
+
+
+def _known_migrations() -> list[str]:
+    return [m.name for m in getattr(migrations, "_migrations", [])]
+
+
+def _refuse_newer(db: sqlite_utils.Database, path: Path) -> None:
+    """Raise IndexSchemaError when the database's schema is newer than this kb's."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    known = _known_migrations()
+    unknown = [m.name for m in migrations.applied(db) if m.name not in known]
+    if version > len(known) or unknown:
+        what = f"version {max(version, len(known) + len(unknown))}"
+        if unknown:
+            what += f", with migrations this kb does not have: {', '.join(unknown[:5])}"
+        raise IndexSchemaError(
+            f"{path} has index schema {what}; this kb knows schema version {len(known)}. It was written by a "
+            "newer kb: upgrade this kb (pip install -U -e .), or give this kb its own index with --db/KB_DB, "
+            "or delete the file (it is a cache, rebuilt from the files)")
+
+
 class IndexError_(Exception):
     """The files could not be indexed; carries every problem found."""
 
@@ -149,14 +182,33 @@ class Index:
         return corpus_from_index(self.db)
 
     def runs(self) -> list[Run]:
-        """Every run the index holds."""
+        """Every run the index holds that counts as evidence (a run whose stored verdict disagrees
+        with its measurements is left out: it is neither reused as cached nor read as an input)."""
         from kb.records.models import Run
 
+        skip = distrusted_runs(self.db)
         out = []
-        for r in self.db.query("SELECT json, recorded FROM runs"):
+        for r in self.db.query("SELECT run_id, json, recorded FROM runs"):
+            if r["run_id"] in skip:
+                continue
             run = Run.model_validate_json(r["json"])
             run._recorded = r["recorded"]
             out.append(run)
+        return out
+
+    def warnings(self) -> list[str]:
+        """What the CLI should print once per command (stderr), without refusing anything.
+
+        Evidence files set aside (dated in the future, times that disagree with their name, null or
+        non-finite measurements under a verdict that cannot rest on them), and runs whose stored
+        verdict disagrees with their measurements where they would otherwise decide a status.
+        """
+        out = json.loads(_meta(self.db, "evidence_warnings") or "[]")
+        for run_id, d in sorted(distrusted_runs(self.db).items(), key=lambda kv: (kv[1].get("claim", ""), kv[0])):
+            if d.get("current"):
+                where = f"{d['where']}: " if d.get("where") else ""
+                out.append(f"{where}run {run_id} of claim {d.get('claim')} check {d.get('check')} "
+                           f"[{d.get('class')}]: {d.get('why')}; it does not count")
         return out
 
     def status_counts(self) -> dict[str, int]:
@@ -177,7 +229,7 @@ class Index:
         if not runs or self.cfg is None:
             return
         from kb.audit.state import load_drift
-        from kb.index.status import derive
+        from kb.index.status import derive, distrusted
         from kb.records.models import Run
 
         cfg = self.cfg
@@ -190,10 +242,16 @@ class Index:
             known.append(run)
         corpus = self.corpus()
         claims = {cid: corpus.claims[cid] for cid in affected if cid in corpus.claims}
-        statuses = derive(claims, known + runs, registry, load_drift(cfg.root), corpus.sources)
+        every = known + runs
+        flags = distrusted(claims, every, registry)
+        statuses = derive(claims, every, registry, load_drift(cfg.root), corpus.sources, distrust=flags)
+        touched = set(affected)
+        entries = {k: v for k, v in distrusted_runs(self.db).items() if v.get("claim") not in touched}
+        entries.update(_distrust_entries(every, flags, lambda rid: _file_of(rid, files)))
         before = input_fingerprint(cfg.root, exclude={Path(f).resolve() for f in files})
         with writer_lock(cfg.db_path), self.db.atomic():
             self.db["runs"].insert_all([_run_row(r) for r in runs], ignore=True)
+            self.db["meta"].upsert({"key": "distrusted", "value": json.dumps(entries, sort_keys=True)}, pk="key")
             self.db.execute(f"DELETE FROM status WHERE claim_id IN ({marks})", affected)
             self.db["status"].insert_all(_status_rows(statuses))
             update_rests(self.db)  # a new verdict changes what the claims above it rest on
@@ -252,8 +310,11 @@ def open_db(path: Path) -> sqlite_utils.Database:
     db = sqlite_utils.Database(path)
     db.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     with writer_lock(path):
+        _refuse_newer(db, path)  # never migrate, rebuild or read a newer kb's index
         db.conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a writer
         migrations.apply(db)
+        if db.execute("PRAGMA user_version").fetchone()[0] != schema_version():
+            db.conn.execute(f"PRAGMA user_version = {schema_version()}")
     return db
 
 
@@ -305,14 +366,60 @@ def check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Pr
 
     Returns the corpus, the runs, the registry and every problem (file:line),
     sorted; writes nothing. `kb validate` and every rebuild go through here.
+    Evidence that is set aside (kb.verify.evidence) and runs whose stored verdict
+    disagrees with their measurements where they would decide a status are
+    non-blocking problems: `kb validate` fails on them, the index leaves them out.
     """
     with _no_cyclic_gc():
-        return _check_files(cfg)
+        corpus, runs, registry, problems, _ = _check_files(cfg)
+        return corpus, runs, registry, problems
 
 
-def _check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Problem]]:
+@dataclass
+class _Trust:
+    """What the evidence check found beside the runs: set-aside warnings and distrusted runs."""
+
+    warnings: list[Problem]
+    distrust: dict[str, str]
+    entries: dict[str, dict[str, Any]]
+
+
+def _distrust_entries(runs: list[Run], flags: dict[str, str], where: Any) -> dict[str, dict[str, Any]]:
+    """Index entries for distrusted runs: why, whose, and whether it would otherwise decide a status."""
+    from kb.index.status import overridden
+
+    current = {r.run_id for r in overridden(runs, flags)}
+    out = {}
+    for r in runs:
+        if r.run_id in flags and r.run_id not in out:
+            out[r.run_id] = {"why": flags[r.run_id], "claim": r.claim_id, "check": r.check_index,
+                             "class": r.hardware_class, "current": r.run_id in current, "where": where(r.run_id)}
+    return out
+
+
+def _file_of(run_id: str, files: list[Path]) -> str | None:
+    """Which of the given evidence files holds a run (only asked for the rare distrusted run)."""
+    for f in files:
+        try:
+            if any(isinstance(x, dict) and x.get("run_id") == run_id for x in json.loads(Path(f).read_text())["runs"]):
+                return str(f)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def distrusted_runs(db: sqlite_utils.Database) -> dict[str, dict[str, Any]]:
+    """run id -> why its stored verdict is not trusted (and whose it is), as the index recorded it."""
+    try:
+        return json.loads(_meta(db, "distrusted") or "{}")
+    except ValueError:
+        return {}
+
+
+def _check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[Problem], _Trust]:
+    from kb.index.status import distrusted
     from kb.records.integrity import validate
-    from kb.verify.evidence import load_evidence
+    from kb.verify.evidence import line_of_run, load_evidence
     from kb.verify.registry import load_verifiers
 
     try:
@@ -320,13 +427,31 @@ def _check_files(cfg: Config) -> tuple[Corpus, list[Run], dict[str, Any], list[P
     except SyntaxError as exc:
         where = Path(exc.filename or "verifiers").resolve()
         rel = where.relative_to(cfg.root) if where.is_relative_to(cfg.root) else where
-        return _empty_corpus(), [], {}, [Problem(str(rel), exc.lineno or 0, f"verifier module does not parse: {exc.msg}")]
+        return _empty_corpus(), [], {}, [Problem(str(rel), exc.lineno or 0, f"verifier module does not parse: {exc.msg}")], \
+            _Trust([], {}, {})
     except Exception as exc:  # a verifier module that fails to import is the project's bad input, not kb's bug
         return _empty_corpus(), [], {}, [Problem(str(cfg.verifiers_dir or "verifiers"), 0,
-                                                 f"verifier package failed to import: {type(exc).__name__}: {exc}")]
+                                                 f"verifier package failed to import: {type(exc).__name__}: {exc}")], \
+            _Trust([], {}, {})
     corpus = validate(cfg.root, registry)
-    runs, ev_problems = load_evidence(cfg.root)
-    return corpus, runs, registry, corpus.problems + ev_problems
+    located: dict[str, tuple[str, int]] = {}
+    runs, ev_problems = load_evidence(cfg.root, located)
+    flags = distrusted(corpus.claims, runs, registry)
+
+    def where(run_id: str) -> str | None:
+        if run_id not in located:
+            return None
+        display, i = located[run_id]
+        return f"{display}:{line_of_run(cfg.root / display, i)}"
+
+    entries = _distrust_entries(runs, flags, where)
+    for run_id, d in sorted(entries.items(), key=lambda kv: (kv[1]["where"] or "", kv[0])):
+        if d["current"]:
+            path, _, line = (d["where"] or "evidence:0").rpartition(":")
+            ev_problems.append(Problem(path, int(line), f"run {run_id} check {d['check']} [{d['class']}]: {d['why']}; "
+                                       "it does not count", claim_id=d["claim"], blocking=False))
+    warnings = [p for p in ev_problems if not p.blocking]
+    return corpus, runs, registry, corpus.problems + ev_problems, _Trust(warnings, flags, entries)
 
 
 def _empty_corpus() -> Corpus:
@@ -340,7 +465,8 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
     from kb.audit.state import AuditStateError, drift_path, load_drift
     from kb.index.status import derive
 
-    corpus, runs, registry, problems = check_files(cfg)
+    with _no_cyclic_gc():
+        corpus, runs, registry, problems, trust = _check_files(cfg)
     problems = [p for p in problems if p.blocking]  # binding rules fail `kb validate`, not the index
     try:
         drift = load_drift(cfg.root)
@@ -349,7 +475,9 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
         problems.append(Problem(str(drift_path(cfg.root).relative_to(cfg.root)), exc.line, str(exc)))
     if problems:
         raise IndexError_(problems)
-    statuses = derive(corpus.claims, runs, registry, drift, corpus.sources)
+    statuses = derive(corpus.claims, runs, registry, drift, corpus.sources, distrust=trust.distrust)
+    # Set-aside files are said once per command (Index.warnings); distrusted runs are kept with why.
+    set_aside = [str(p) for p in trust.warnings if p.claim_id is None]
 
     claim_rows, topic_rows, anchor_rows, check_rows, edge_rows = [], [], [], [], []
     for cid, c in corpus.claims.items():
@@ -393,6 +521,8 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
         db["status"].insert_all(status_rows)
         db["claim_edges"].insert_all(edge_rows)
         update_rests(db)
+        db["meta"].upsert({"key": "evidence_warnings", "value": json.dumps(set_aside)}, pk="key")
+        db["meta"].upsert({"key": "distrusted", "value": json.dumps(trust.entries, sort_keys=True)}, pk="key")
         db["meta"].upsert({"key": "fingerprint", "value": fingerprint}, pk="key")
 
 

@@ -13,18 +13,29 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from kb.records.models import Run
 from kb.records.yamlfile import Problem
+from kb.verify.expect import non_finite_fields, rederive
 
 FORMAT = 1
 MAX_FILE_BYTES = 256 * 2**20
 # CPU and source checks are hardware-independent: their runs share one class.
 CPU_CLASS = "cpu"
+# How far ahead of this machine's clock a time may lie before it counts as in the future (clock skew).
+FUTURE_SKEW = timedelta(hours=1)
+# How much later than its file's name a run may say it started (the name is stamped when the batch is
+# written, after its runs started; an imported batch is stamped at import, long after).
+STAMP_TOLERANCE = timedelta(days=1)
+# Verdicts a null, NaN or infinite measurement may go with: a refutation may record that the quantity
+# could not be computed (math.identity records max_abs_err = inf when the statement's formula does not
+# evaluate), a harness error is no evidence; supporting or inconclusive evidence never rests on one.
+NON_FINITE_OK = ("refutes", "error", "skipped")
 
 
 def class_slug(hardware_class: str) -> str:
@@ -63,8 +74,59 @@ def file_stamp(path: Path) -> str | None:
     return f"{m[1]}-{m[2]}-{m[3]}T{m[4]}:{m[5]}:{m[6]}+00:00" if m else None
 
 
-def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Problem]]:
-    """Runs of one evidence file, with problems located by file; only regular files are read."""
+def _when(text: Any) -> datetime | None:
+    """An ISO 8601 time with a zone, as an aware datetime; None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _ago(delta: timedelta) -> str:
+    hours = abs(delta.total_seconds()) / 3600
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.0f} days"
+
+
+def _set_aside_why(path: Path, items: list[Any], now: datetime) -> tuple[int, str] | None:
+    """Why a file's times cannot be right (the run it concerns, a sentence); None when they can.
+
+    Its name's stamp may not lie in the future; no run may start in the future, nor later than
+    the stamp (the batch is written after its runs started, or later still when imported).
+    """
+    stamp = _when(file_stamp(path) or "")
+    if stamp is not None and stamp > now + FUTURE_SKEW:
+        return 0, (f"is dated {stamp.isoformat()} by its name, {_ago(stamp - now)} after this machine's clock "
+                   f"({now.isoformat(timespec='seconds')})")
+    for i, item in enumerate(items):
+        started = _when(item.get("started")) if isinstance(item, dict) else None
+        if started is None:
+            continue  # not a time at all: the record's own validation says so
+        if started > now + FUTURE_SKEW:
+            return i, (f"run {i} started {item['started']}, in the future: {_ago(started - now)} after this "
+                       f"machine's clock ({now.isoformat(timespec='seconds')})")
+        if stamp is not None and started > stamp + STAMP_TOLERANCE:
+            return i, (f"run {i} started {item['started']}, {_ago(started - stamp)} after the time in the file's "
+                       f"name ({stamp.isoformat()}); a batch is written after its runs start")
+    return None
+
+
+SET_ASIDE = "set aside: its runs do not count (is this machine's clock right? is the file's name its own?)"
+
+
+def read_evidence_file(path: Path, display: str, now: datetime | None = None,
+                       where: dict[str, tuple[str, int]] | None = None) -> tuple[list[Run], list[Problem]]:
+    """Runs of one evidence file, with problems located by file; only regular files are read.
+
+    A file whose times cannot be right (a name dated in the future, a run starting in the future or
+    after the file was written) is set aside whole, with one non-blocking problem: its runs do not
+    count, the rest of the corpus is unaffected. A run holding a null, NaN or infinite measurement
+    where its verdict cannot rest on one is set aside likewise (one problem per file). `where`
+    receives each run's (file, index in the file).
+    """
+    now = now or datetime.now(UTC)
     if path.is_symlink() or not path.is_file():
         return [], [Problem(display, 0, "is not a regular file (evidence files are plain JSON files, never links or devices)")]
     if path.stat().st_size > MAX_FILE_BYTES:
@@ -92,6 +154,11 @@ def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Proble
             found.append(_run_lines(text, len(data["runs"])))
         return found[0][i]
 
+    aside = _set_aside_why(path, data["runs"], now)
+    if aside is not None:
+        i, why = aside
+        return [], [Problem(display, line_of(i) if data["runs"] else 1, f"{why}; {SET_ASIDE}", blocking=False)]
+    odd: list[tuple[int, str]] = []
     for i, item in enumerate(data["runs"]):
         try:
             run = Run.model_validate(item)
@@ -107,21 +174,57 @@ def read_evidence_file(path: Path, display: str) -> tuple[list[Run], list[Proble
             problems.append(Problem(display, line_of(i), f"run {i}: run_id {run.run_id} does not match its content "
                                                        "(edited by hand?)"))
             continue
+        if run.verdict not in NON_FINITE_OK and (bad := non_finite_fields(run.measurements)):
+            odd.append((i, f"run {i} (claim {run.claim_id}, verdict {run.verdict}): field {bad[0]} is "
+                           f"{_show(_at(item, bad[0]))}, not a finite number"))
+            continue
         run._recorded = file_stamp(path)
         runs.append(run)
+        if where is not None:
+            where.setdefault(run.run_id, (display, i))
+    if odd:
+        more = f" (and {len(odd) - 1} more run(s) like it)" if len(odd) > 1 else ""
+        problems.append(Problem(display, line_of(odd[0][0]), f"{odd[0][1]}{more}; such a run is not evidence "
+                                "and is set aside", blocking=False))
     return runs, problems
 
 
-def load_evidence(root: Path) -> tuple[list[Run], list[Problem]]:
-    """Every run under evidence/, de-duplicated by run id."""
+def _at(item: dict[str, Any], field: str) -> Any:
+    """The raw value at a `measurements.<name>.value[i]` path of a run record (for messages)."""
+    try:
+        name, rest = field.removeprefix("measurements.").split(".value", 1)
+        value = item["measurements"][name]["value"]
+        for part in re.findall(r"\[(\d+)\]|\.([^.\[]+)", rest):
+            value = value[int(part[0])] if part[0] else value[part[1]]
+        return value
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else json.dumps(value) if isinstance(value, float) else repr(value)
+
+
+def line_of_run(path: Path, index: int) -> int:
+    """The line on which run `index` of an evidence file starts (1 where it cannot be told)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return 1
+    return _run_lines(text, index + 1)[index]
+
+
+def load_evidence(root: Path, where: dict[str, tuple[str, int]] | None = None) -> tuple[list[Run], list[Problem]]:
+    """Every run under evidence/, de-duplicated by run id; `where` receives each run's (file, index)."""
     base = root / "evidence"
     seen: dict[str, Run] = {}
     problems: list[Problem] = []
+    now = datetime.now(UTC)
     if base.is_dir():
         for path in sorted(base.rglob("*.json")):
             if path.parent.name == "audit":
                 continue  # the audit summary lives beside the runs but is not a run record
-            runs, probs = read_evidence_file(path, str(path.relative_to(root)))
+            runs, probs = read_evidence_file(path, str(path.relative_to(root)), now, where)
             problems += probs
             for run in runs:
                 seen.setdefault(run.run_id, run)
@@ -226,10 +329,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
+
+
+def rank_key(run: Run) -> tuple[datetime, datetime]:
+    """Order for "latest": when this machine recorded the run (its file's name), then when it started.
+
+    Both as UTC times, so offsets and fractions of a second compare correctly. The name's time is
+    bounded when the file is read (not in the future, not before its runs started), so a name dated
+    2999 never outranks a later run: such a file is set aside.
+    """
+    started = _when(run.started) or _EPOCH
+    recorded = _when(run._recorded) if run._recorded else None
+    return (recorded or started, started)
+
+
 def latest_runs(runs: Iterable[Run]) -> dict[tuple[str, int, str], Run]:
     """The newest non-error run per (claim, check, class); errors only when nothing else exists."""
     best: dict[tuple[str, int, str], Run] = {}
-    for run in sorted(runs, key=lambda r: r.rank):
+    for run in sorted(runs, key=rank_key):
         key = (run.claim_id, run.check_index, run.hardware_class)
         prev = best.get(key)
         if prev is None or run.verdict != "error" or prev.verdict == "error":
@@ -252,8 +370,12 @@ def import_files(root: Path, files: list[Path], claim_ids: set[str] | None = Non
     problems: list[Problem] = []
     for f in files:
         runs, probs = read_evidence_file(f, str(f))
-        problems += probs
+        problems += [_refusal(p) for p in probs]
         for run in runs:
+            if (why := rederive(run.verdict, run.measurements, run.expect, own_verdict=True)) is not None:
+                problems.append(Problem(str(f), line_of_run(f, _index_in(f, run)),
+                                        f"run of claim {run.claim_id} check {run.check_index}: {why}; refused"))
+                continue
             if run.run_id in known:
                 dup += 1
                 continue
@@ -268,3 +390,21 @@ def import_files(root: Path, files: list[Path], claim_ids: set[str] | None = Non
         write_batch(root, runs)
         new += len(runs)
     return new, dup, [], unknown
+
+
+def _refusal(p: Problem) -> Problem:
+    """At import nothing is set aside: whatever would be is refused (the whole import is)."""
+    if p.blocking:
+        return p
+    return Problem(p.path, p.line, p.message.replace(SET_ASIDE, "refused: nothing was imported")
+                   .replace("such a run is not evidence and is set aside",
+                            "a measurement must be a finite number; refused: nothing was imported"))
+
+
+def _index_in(path: Path, run: Run) -> int:
+    """The position of a run in an evidence file (by its id), for locating a message."""
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))["runs"]
+        return next(i for i, item in enumerate(items) if isinstance(item, dict) and item.get("run_id") == run.run_id)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return 0

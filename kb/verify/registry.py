@@ -95,6 +95,10 @@ class VerifierSpec:
     timeout_s: float
     version: str | None
     doc: str
+    # True: the verifier returns its own verdict (Outcome.verdict), which may be stricter than its
+    # expectation, never more lenient; False: the worker judges its measurements; None: not declared
+    # (kb.verify.expect.decides_own_verdict reads it from the verifier's code).
+    own_verdict: bool | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -192,14 +196,20 @@ def verifier(
     requires: Requirements | None = None,
     timeout_s: float = 60.0,
     version: str | None = None,
+    own_verdict: bool | None = None,
 ) -> Callable[[Callable[[Any, Context], Outcome]], Callable[[Any, Context], Outcome]]:
-    """Register a function as the verifier `id`."""
+    """Register a function as the verifier `id`.
+
+    `own_verdict=True` declares that the function may return its own verdict (Outcome.verdict)
+    rather than leave it to the expectation; stored verdicts are re-derived accordingly.
+    """
 
     def wrap(func: Callable[[Any, Context], Outcome]) -> Callable[[Any, Context], Outcome]:
         if id in _REGISTRY and _REGISTRY[id].func.__qualname__ != func.__qualname__:
             raise RuntimeError(f"verifier id {id!r} registered twice")
         _REGISTRY[id] = VerifierSpec(
-            id, kind, func, params, requires or Requirements(), timeout_s, version, inspect.getdoc(func) or ""
+            id, kind, func, params, requires or Requirements(), timeout_s, version, inspect.getdoc(func) or "",
+            own_verdict,
         )
         return func
 

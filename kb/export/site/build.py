@@ -41,6 +41,7 @@ from markupsafe import Markup
 
 from kb.config import Config
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
+from kb.export.site.charts import _scalar as scalar_of
 from kb.export.site.charts import gpu_charts
 from kb.export.site.data import (
     SOURCE_KINDS,
@@ -124,12 +125,12 @@ def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
     for c in data.claims:
         seen: set[str] = set()
         for r in c["runs"]:  # newest first
-            tf = (r.get("measurements") or {}).get("tflops")
-            if r.get("verifier") != "gpu.benchmark" or not tf or r["hardware_class"] in seen:
+            tf = scalar_of(r, "tflops")  # None for a null or non-numeric value: no bar, never a crash
+            if r.get("verifier") != "gpu.benchmark" or tf is None or r["hardware_class"] in seen:
                 continue
             seen.add(r["hardware_class"])
             impl = (r.get("params") or {}).get("impl", "sdpa-flash")
-            per_class.setdefault(r["hardware_class"], []).append(Bar(f"{impl} · {c['id']}", float(tf["value"]),
+            per_class.setdefault(r["hardware_class"], []).append(Bar(f"{impl} · {c['id']}", tf,
                                                                      f"claims/{c['id']}.html"))
             # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
             for sid, src in data.sources.items():
