@@ -9,7 +9,7 @@ from typing import Any
 import sqlite_utils
 
 CLAIM_COLUMNS = ("c.id, c.statement, c.generation, c.phase, c.label, c.topics, c.file, c.line, s.status, s.reason, "
-                 "s.strength, s.rests_on, s.rests_via")
+                 "s.strength, s.rests_on, s.rests_via, s.cause, s.cause_why, s.cause_by")
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:
@@ -18,6 +18,8 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "label": r["label"], "topics": json.loads(r["topics"]), "status": r["status"],
         "status_reason": r["reason"], "strength": r["strength"], "rests_on": r["rests_on"],
         "rests_via": r["rests_via"], "file": r["file"], "line": r["line"],
+        # Why a refuted or inconclusive verdict is what it is (kb.index.cause); null otherwise.
+        "cause": r.get("cause"), "cause_why": r.get("cause_why"), "cause_by": r.get("cause_by"),
     }
 
 

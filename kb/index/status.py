@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kb.audit.state import entry_text, split_drift
+from kb.index import cause as causes
 from kb.index.strength import grade, strongest
+from kb.records.binding import unbound_numbers
 from kb.records.models import Claim, Run, Source, Status
 from kb.verify.evidence import CPU_CLASS, latest_runs
 from kb.verify.expect import decides_own_verdict, normal_expectation, recorded_expectation, rederive
@@ -127,10 +129,17 @@ def derive(
     notes: dict[str, list[Run]] = {}
     for run in overridden(runs, distrust) if distrust else []:
         notes.setdefault(run.claim_id, []).append(run)
-    latest = latest_runs([r for r in runs if r.run_id not in distrust] if distrust else runs)
+    trusted = [r for r in runs if r.run_id not in distrust] if distrust else runs
+    latest = latest_runs(trusted)
     by_claim: dict[str, list[Run]] = {}
     for (cid, _, _), run in latest.items():
         by_claim.setdefault(cid, []).append(run)
+    # Every batch on record, per (claim, check, class): benchmark verdicts are decided over all of them.
+    batches: dict[tuple[str, int, str], list[Run]] = {}
+    for r in trusted:
+        if r.verifier in BATCH_VERIFIERS and r.verdict in ("supports", "refutes", "inconclusive"):
+            batches.setdefault((r.claim_id, r.check_index, r.hardware_class), []).append(r)
+    constants = {sid: src.constants for sid, src in sources.items() if src.kind == "hardware"}
     out: list[Status] = []
     for cid, claim in claims.items():
         if not claim.checks:
@@ -147,7 +156,7 @@ def derive(
             per_class.setdefault(run.hardware_class, []).append(run)
         class_status: list[Status] = []
         for hw, hw_runs in sorted(per_class.items()):
-            class_status.append(_class_status(claim, hw, hw_runs, registry))
+            class_status.append(_class_status(claim, hw, hw_runs, registry, batches, constants))
         out += class_status
         ran = {r.check_index for r in by_claim.get(cid, []) if r.verdict != "error"}
         missing = [i for i in range(len(claim.checks)) if i not in ran]
@@ -207,28 +216,121 @@ def _summary(entries: list[Mapping[str, Any]], prefix: str) -> str:
     return prefix + entry_text(entries[0]) + more
 
 
-def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec]) -> Status:
+# Verifiers whose verdict is a measurement against a band: decided over every batch of runs on record.
+BATCH_VERIFIERS = frozenset({"gpu.benchmark"})
+
+
+def current_batches(claim: Claim, run: Run, batches: Mapping[tuple[str, int, str], list[Run]],
+                    registry: Mapping[str, VerifierSpec]) -> list[Run]:
+    """The batches (runs) on record for the latest run's check and class that are still current: same claim
+    content, verifier code, parameters and expectation; newest first."""
+    spec = registry.get(run.verifier)
+    claim_hash = claim.content_hash()
+    same = [r for r in batches.get((claim.id, run.check_index, run.hardware_class), [])
+            if _stale_reason(claim, r, spec, claim_hash) is None and r.expect == run.expect]
+    return sorted(same, key=lambda r: r.rank, reverse=True)
+
+
+def _batch_text(r: Run, name: str) -> str:
+    m = r.measurements.get(name)
+    v = f"{m.value:g}" if m is not None and isinstance(m.value, int | float) and not isinstance(m.value, bool) else "?"
+    return f"{r.started[:10]} {name} = {v}"
+
+
+def _batch_verdict(claim: Claim, run: Run, batches: Mapping[tuple[str, int, str], list[Run]],
+                   registry: Mapping[str, VerifierSpec]) -> tuple[str, str] | None:
+    """(inconclusive, why) when the current batches of a benchmark check reach different verdicts."""
+    if run.verifier not in BATCH_VERIFIERS:
+        return None
+    same = current_batches(claim, run, batches, registry)
+    verdicts = {r.verdict for r in same}
+    if len(same) < 2 or len(verdicts) < 2:
+        return None
+    name = next(iter(run.expect), "")
+    sides = "; ".join(f"{v}: " + ", ".join(_batch_text(r, name) for r in same if r.verdict == v)
+                      for v in ("supports", "refutes", "inconclusive") if v in verdicts)
+    return "inconclusive", f"check {run.check_index}: the {len(same)} batches on record disagree ({sides})"
+
+
+def _measured_values(runs: list[Run]) -> set[float]:
+    out: set[float] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, bool) or v is None:
+            return
+        if isinstance(v, int | float):
+            out.add(float(v))
+        elif isinstance(v, list | tuple):
+            for x in v[:256]:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in list(v.values())[:256]:
+                walk(x)
+
+    for r in runs:
+        for m in r.measurements.values():
+            walk(m.value)
+    return out
+
+
+def _unreproduced(claim: Claim, runs: list[Run], constants: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Statement numbers bound by no check that no supporting measurement reproduces either (the statement is
+    re-read at verify time: an edited number cannot come out verified unnoticed)."""
+    loose = unbound_numbers(claim, constants)
+    if not loose:
+        return []
+    measured = _measured_values(runs)
+    return [u.text for u in loose if not any(abs(u.value - m) <= 1e-9 * max(1.0, abs(m)) for m in measured)]
+
+
+def _class_status(claim: Claim, hw: str, runs: list[Run], registry: Mapping[str, VerifierSpec],
+                  batches: Mapping[tuple[str, int, str], list[Run]] | None = None,
+                  constants: Mapping[str, Mapping[str, Any]] | None = None) -> Status:
     ids = [r.run_id for r in runs]
     claim_hash = claim.content_hash()  # once per claim and class, not once per run
     stale = [s for r in runs if (s := _stale_reason(claim, r, registry.get(r.verifier), claim_hash))]
+    split = [b for r in runs if (b := _batch_verdict(claim, r, batches or {}, registry))] if not stale else []
     verdicts = {r.verdict for r in runs}
     refuting = [r for r in runs if r.verdict == "refutes"]
     strength = None
+    deciding: list[Run] = []
     if stale:
         status, reason = "stale", stale[0]
+    elif split:
+        status, reason = split[0]
+        deciding = [r for r in runs if r.verifier in BATCH_VERIFIERS]
     elif refuting:
         status, reason = "refuted", f"check {refuting[0].check_index}: {refuting[0].reason}"
         strength = _strength(claim, refuting, registry)
+        deciding = refuting
     elif verdicts == {"supports"}:
         status, reason = "verified", "; ".join(f"check {r.check_index}: {r.reason}" for r in runs)
         strength = _strength(claim, runs, registry)
+        if loose := _unreproduced(claim, runs, constants or {}):
+            status, strength = "inconclusive", None
+            reason = (f"the statement's number {loose[0]!r} is bound to no check and no measurement reproduces it "
+                      f"(the checks support what they bind: {reason})")
     elif "inconclusive" in verdicts:
         r = next(r for r in runs if r.verdict == "inconclusive")
         status, reason = "inconclusive", f"check {r.check_index}: {r.reason}"
+        deciding = [r for r in runs if r.verdict == "inconclusive"]
     else:
         r = next(r for r in runs if r.verdict == "error")
         status, reason = "unverified", f"harness error, not evidence: {r.reason}"
-    return Status(claim_id=claim.id, hardware_class=hw, status=status, reason=reason, run_ids=ids, strength=strength)
+    cause = why = by = None
+    if status == "inconclusive" and reason.startswith("the statement's number"):
+        cause, why, by = "unbound", reason.split(" (the checks", 1)[0], "rule"
+    elif split:
+        cause, why, by = "spread", "the batches of runs on record reach different verdicts", "rule"
+    elif status in ("refuted", "inconclusive"):
+        cause, why, by = causes.derive(claim, status, deciding, hw)
+        if status == "refuted" and cause == "tie":
+            # The stated rule and the pinned code differ only where float rounding decides an exact tie:
+            # not a refutation of the statement, and nothing above it should read "rests on refuted".
+            status, strength = "inconclusive", None
+            reason = f"differs from the pinned code only at an exact tie ({reason})"
+    return Status(claim_id=claim.id, hardware_class=hw, status=status, reason=reason, run_ids=ids, strength=strength,
+                  cause=cause, cause_why=why, cause_by=by)
 
 
 def _overall(cid: str, per_class: list[Status], pending: list[Status]) -> Status:
@@ -244,4 +346,5 @@ def _overall(cid: str, per_class: list[Status], pending: list[Status]) -> Status
     strength = strongest([s.strength for s in per_class if s.status == best.status and s.strength])
     return Status(claim_id=cid, hardware_class=ANY_CLASS, status=best.status,
                   reason=reason if hw == ANY_CLASS else f"[{hw}] {reason}",
-                  run_ids=[i for s in per_class for i in s.run_ids], strength=strength)
+                  run_ids=[i for s in per_class for i in s.run_ids], strength=strength,
+                  cause=best.cause, cause_why=best.cause_why, cause_by=best.cause_by)

@@ -124,6 +124,14 @@ def m009_slide_anchors(db: sqlite_utils.Database) -> None:
     db["anchors"].add_column("slide", int)
 
 
+@migrations()
+def m010_status_cause(db: sqlite_utils.Database) -> None:
+    """Why a verdict is refuted or inconclusive (kb.index.cause): the cause, its reason, and rule or judgement."""
+    db["status"].add_column("cause", str)
+    db["status"].add_column("cause_why", str)
+    db["status"].add_column("cause_by", str)
+
+
 class IndexSchemaError(sqlite3.DatabaseError):
     """The index database was written by a newer kb: its schema is one this kb does not know.
 

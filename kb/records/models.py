@@ -255,6 +255,19 @@ class Scope(Strict):
     dtype: str | None = None
     shape: str | None = None
     mode: str | None = None
+    # The hardware a reported figure is for (e.g. "H100" for an FA3-paper number): a run on other hardware
+    # that falls short is `not-reproduced`, not a refutation of the source (kb.index.cause).
+    reported_on: str | None = None
+
+
+CAUSE_KINDS = ("note", "deck", "not-reproduced", "tie", "band-above", "band-below", "spread", "extraction")
+
+
+class Cause(Strict):
+    """A reviewer's judgement of why the claim's checks refute it (or leave it inconclusive)."""
+
+    kind: Literal["note", "deck", "not-reproduced", "tie", "band-above", "band-below", "spread", "extraction"]
+    why: str = Field(min_length=20)
 
 
 _TOPIC_SET = frozenset(TOPICS)
@@ -279,6 +292,8 @@ class Claim(Strict):
     supersedes: list[str] = Field(default_factory=list)
     # The same fact stated differently elsewhere (a slide deck against its note): both are claims, each checked.
     disagrees_with: list[str] = Field(default_factory=list)
+    # Why the checks refute this claim, where no rule of kb.index.cause decides it (a reviewer's judgement).
+    cause: Cause | None = None
     # Conditions the statement names (a shape, a configuration) that checks consume as "$name" (kb.records.binding).
     givens: dict[str, Any] = Field(default_factory=dict)
     # Numbers in the statement that name rather than measure (a section, a step, a year), exactly as written.
@@ -332,6 +347,10 @@ class Claim(Strict):
         # claims without givens keep the hash their evidence was recorded under).
         fields = {"statement", "scope", "checks"} | ({"givens"} if self.givens else set())
         body = self.model_dump(include=fields, by_alias=True, mode="json")
+        # Scope fields added later enter the hash only when set, so existing evidence keeps its hash.
+        for late in ("reported_on",):
+            if body.get("scope", {}).get(late) is None:
+                body.get("scope", {}).pop(late, None)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -410,3 +429,7 @@ class Status(Strict):
     strength: Literal["measured", "derived", "cited", "restated"] | None = None
     # Upstream change since a fixed pin: information shown beside the status, never the status itself.
     upstream: str | None = None
+    # Why it is refuted or inconclusive (kb.index.cause): cause, a plain reason, "rule" or "judgement".
+    cause: str | None = None
+    cause_why: str | None = None
+    cause_by: str | None = None
