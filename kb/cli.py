@@ -101,17 +101,23 @@ def validate(ctx: click.Context, as_json: bool) -> None:
 
     Example: `kb validate`
     """
+    from kb.index.query import cause_problems
     from kb.index.store import check_files
 
     corpus, _, _, problems = check_files(_cfg(ctx))
+    # Every refuted claim needs a cause, and none may be the KB's own extraction error (read from the index,
+    # which holds the statuses; only when the files themselves are sound enough to index).
+    verdicts = cause_problems(_index(ctx).db) if not any(p.blocking for p in problems) else []
     if as_json:
         emit_json({"claims": len(corpus.claims), "sources": len(corpus.sources),
-                   "problems": [p.__dict__ for p in problems]})
+                   "problems": [p.__dict__ for p in problems] + [{"message": v} for v in verdicts]})
     else:
         for p in problems:
             echo(str(p), err=True)
-    if problems:
-        raise BadInput(f"{len(problems)} problem(s) found")
+        for v in verdicts:
+            echo(v, err=True)
+    if problems or verdicts:
+        raise BadInput(f"{len(problems) + len(verdicts)} problem(s) found")
     echo(f"ok: {len(corpus.claims)} claims, {len(corpus.sources)} sources", err=True)
 
 

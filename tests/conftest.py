@@ -53,7 +53,8 @@ def project(tmp_path: Path) -> Path:
     write_claims(root, "good", [
         claim("test.arith.four"),
         claim("test.arith.wrong", statement="Two plus two equals five, stated by a note.",
-              checks=[{"verifier": "arith.eval", "params": {"expr": "2 + 2"}, "expect": {"value": {"equals": 5}}}]),
+              checks=[{"verifier": "arith.eval", "params": {"expr": "2 + 2"}, "expect": {"value": {"equals": 5}}}],
+              cause={"kind": "note", "why": "The note says five; two plus two is four (a test finding)."}),
         claim("test.review.only", checks=[], review="Design rationale; nothing executable decides it.",
               depends_on=["test.arith.four"]),
     ])

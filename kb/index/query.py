@@ -186,3 +186,21 @@ def blast_radius(db: sqlite_utils.Database, states: tuple[str, ...] = ("refuted"
                       "ORDER BY claim_id", list(states)):
         out.setdefault(r["rests_via"], []).append(r["claim_id"])
     return dict(sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+
+
+def cause_problems(db: sqlite_utils.Database) -> list[str]:
+    """`file:line: ...` for every refuted claim whose cause is unjudged or an extraction error of the KB.
+
+    A refutation is published as a finding about someone's work: it needs a cause, and a claim that
+    misstates its source is the KB's to restate, not a finding.
+    """
+    out = []
+    for r in db.query("SELECT c.id, c.file, c.line, s.cause FROM claims c JOIN status s ON s.claim_id = c.id "
+                      "WHERE s.hardware_class = '*' AND s.status = 'refuted' AND "
+                      "(s.cause IS NULL OR s.cause IN ('unjudged', 'extraction')) ORDER BY c.file, c.line"):
+        if r["cause"] == "extraction":
+            why = "is refuted through extraction: the claim misstates its source; restate it as the source states it"
+        else:
+            why = "is refuted, and no rule decides its cause: record the judgement as cause: {kind, why}"
+        out.append(f"{r['file']}:{r['line']}: claim {r['id']} field cause: {why}")
+    return out

@@ -97,6 +97,20 @@ def overridden(runs: Iterable[Run], distrust: Mapping[str, str]) -> list[Run]:
     return [r for r in latest_runs(runs).values() if r.run_id in distrust]
 
 
+def _orphaned(claim: Claim | None, run: Run, registry: Mapping[str, VerifierSpec]) -> bool:
+    """A run of a check the claim no longer has, or on a class that can never run the claim's current check
+    there (CPU evidence of what is now a GPU check, or the reverse): history, not stale evidence that a re-run
+    could refresh."""
+    if claim is None:
+        return False
+    if run.check_index >= len(claim.checks):
+        return True  # the check was removed: nothing can re-run it
+    spec = registry.get(claim.checks[run.check_index].verifier)
+    if spec is None or claim.checks[run.check_index].verifier == run.verifier:
+        return False
+    return spec.is_gpu != (run.hardware_class != CPU_CLASS)
+
+
 def _not_counted(run: Run, why: str) -> str:
     return f"not counted: run {run.run_id} (check {run.check_index}, {run.hardware_class}): {why}"
 
@@ -133,6 +147,8 @@ def derive(
     latest = latest_runs(trusted)
     by_claim: dict[str, list[Run]] = {}
     for (cid, _, _), run in latest.items():
+        if _orphaned(claims.get(cid), run, registry):
+            continue
         by_claim.setdefault(cid, []).append(run)
     # Every batch on record, per (claim, check, class): benchmark verdicts are decided over all of them.
     batches: dict[tuple[str, int, str], list[Run]] = {}
@@ -216,8 +232,9 @@ def _summary(entries: list[Mapping[str, Any]], prefix: str) -> str:
     return prefix + entry_text(entries[0]) + more
 
 
-# Verifiers whose verdict is a measurement against a band: decided over every batch of runs on record.
-BATCH_VERIFIERS = frozenset({"gpu.benchmark"})
+# Verifiers whose verdict is a measurement of the machine (a rate against a band, a count of distinct results):
+# decided over every batch of runs on record, not by the latest one alone.
+BATCH_VERIFIERS = frozenset({"gpu.benchmark", "gpu.probe", "gpu.bitwise-repeat", "gpu.ncu-metrics"})
 
 
 def current_batches(claim: Claim, run: Run, batches: Mapping[tuple[str, int, str], list[Run]],
@@ -244,7 +261,9 @@ def _batch_verdict(claim: Claim, run: Run, batches: Mapping[tuple[str, int, str]
         return None
     same = current_batches(claim, run, batches, registry)
     verdicts = {r.verdict for r in same}
-    if len(same) < 2 or len(verdicts) < 2:
+    # Disagreement means one batch supports what another refutes; inconclusive batches beside either leave
+    # the latest verdict standing.
+    if len(same) < 2 or not {"supports", "refutes"} <= verdicts:
         return None
     name = next(iter(run.expect), "")
     sides = "; ".join(f"{v}: " + ", ".join(_batch_text(r, name) for r in same if r.verdict == v)

@@ -86,6 +86,10 @@ EXPRESSION_KEYS = frozenset({"expr", "let", "rule", "lhs", "rhs", "do", "steps",
 SOURCE_TEXT_KEYS = frozenset({"tokens"})
 
 
+_PLAIN_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(?![\w.])")
+_C_LITERAL = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)[fFuUlL]*(?![\w.])")
+
+
 def _collect(obj: Any, out: set[float], texts: list[str], constants: Mapping[str, Mapping[str, Any]],
              key: str | None = None, expression: bool = False) -> None:
     if isinstance(obj, bool) or obj is None:
@@ -98,8 +102,10 @@ def _collect(obj: Any, out: set[float], texts: list[str], constants: Mapping[str
         texts.append(obj)
         if not (expression or key in EXPRESSION_KEYS or key in SOURCE_TEXT_KEYS):
             return
-        for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w.])", obj):
-            out.add(float(m.group()))
+        # In pinned source text a C literal counts with its suffix (1.f, 128u, 2.0e-3f).
+        pattern = _C_LITERAL if key in SOURCE_TEXT_KEYS and not expression else _PLAIN_NUMBER
+        for m in pattern.finditer(obj):
+            out.add(float(m.group(1)))
         for m in re.finditer(r"\b([A-Za-z]\w*)\.(\w+)\b", obj):
             v = constants.get(m.group(1), {}).get(m.group(2))
             if isinstance(v, int | float) and not isinstance(v, bool):
