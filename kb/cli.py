@@ -245,7 +245,9 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
         hint = _suggest(claim_id, claim_ids(_index(ctx).db))
         raise BadInput(f"no claim with id {claim_id!r}{hint or ' (try `kb search`)'}")
     if as_json:
-        emit_json(rec)
+        from kb.index.query import batches
+
+        emit_json({**rec, "batches": batches(rec)})
         return
     echo(f"{rec['id']}  [{rec['generation']} / {rec['phase']} / {rec['label']}]  {rec['file']}:{rec['line']}")
     echo(f"  {rec['statement']}")
@@ -280,8 +282,19 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
     for s in rec["status"]:
         grade = f"[{s['strength']}] " if s.get("strength") else ""
         echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {grade}{s['reason']}")
+        if s.get("cause"):
+            echo(f"  {'':>24}  {'cause: ' + s['cause']:<14} ({s.get('cause_by') or 'rule'}) {s.get('cause_why') or ''}")
         if s.get("upstream"):
             echo(f"  {'':>24}  {'(information)':<14} {s['upstream']}")
+    from kb.index.query import batches
+
+    if rows := batches(rec):
+        echo("batches (every run under the current claim and verifier; the verdict is decided over all of them):")
+        for b in rows:
+            value = f"{b['value']:g}" if isinstance(b["value"], int | float) and not isinstance(b["value"], bool) \
+                else str(b["value"])
+            spread = f"  p20-p80 [{b['spread'][0]:g}, {b['spread'][1]:g}]" if b.get("spread") else ""
+            echo(f"  {b['started']}  {b['class']:<22} check {b['check']} {b['verdict']:<12} {b['measure']} = {value}{spread}")
     if rec["runs"]:
         echo("evidence:")
         for r in rec["runs"][:10]:
@@ -770,6 +783,33 @@ def anchor(ctx: click.Context, source_id: str, path: str, where: tuple[str, ...]
     except AnchorError as exc:
         raise BadInput(str(exc)) from None
     echo("\n".join(out))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="The findings as JSON instead of Markdown.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file (atomically).")
+@click.pass_context
+def errata(ctx: click.Context, as_json: bool, output: Path | None) -> None:
+    """Every finding about the notes and decks, by note section and slide, fit to paste as an issue.
+
+    A finding is a refuted claim whose cause is `note` or `deck`: what the source asserts (in kb's words),
+    the evidence, what is true instead, links at the pinned commit and the pinned code lines.
+
+    Example: `kb errata -o ERRATA.md`
+    """
+    import json
+
+    from kb.export.errata import collect, render_markdown
+
+    data = collect(_index(ctx).db)
+    text = json.dumps(data, indent=1) + "\n" if as_json else render_markdown(data)
+    if output:
+        _write_text(output, text)
+        echo(f"wrote {data['count']} finding(s) to {output}", err=True)
+    elif as_json:
+        emit_json(data)
+    else:
+        echo(text.rstrip("\n"))
 
 
 @cli.command()

@@ -281,3 +281,90 @@ def test_imported_runs_for_unknown_claims_are_reported(project: Path, tmp_path: 
     write_claims(project, "good", [claim("test.arith.renamed")])  # the runs' claims are gone from this KB
     res = kb_subprocess(project, "evidence", "import", str(moved))
     assert res.returncode == 0 and "not in this knowledge base: test.arith.four, test.arith.wrong" in res.stderr
+
+
+SPIN = '''
+import os, time
+from kb.verify.registry import Outcome, Params, verifier
+
+
+class P(Params):
+    n: int = 1
+
+
+@verifier("test.spin", kind="cpu-check", params=P, timeout_s=5)
+def spin(p, ctx):
+    """Leaves its pid, then spins on the CPU forever."""
+    open(os.path.join(os.environ["KB_MARKERS"], f"pid-{os.getpid()}-{p.n}"), "w").close()
+    while True:
+        pass
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose.
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ", 1)[1][0] != "Z"
+
+
+def _worker_pids(root: Path) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().split(b"\0")
+                env = (p / "environ").read_bytes()
+            except OSError:
+                continue
+            if b"kb.verify.worker" in cmd and str(root).encode() in env:
+                out.append(int(p.name))
+    return out
+
+
+def test_workers_die_with_a_killed_kb_and_at_their_own_timeout(project: Path, tmp_path: Path) -> None:
+    (project / "verifiers" / "spin_test.py").write_text(SPIN)
+    markers = tmp_path / "spin-markers"
+    markers.mkdir()
+    write_claims(project, "spin", [claim("test.spin.c1", checks=_checks("test.spin", 1))])
+    env = {**os.environ, "KB_ROOT": str(project), "KB_DB": str(project / ".kb" / "kb.db"), "KB_MARKERS": str(markers),
+           "KB_SANDBOX_WRITABLE": str(markers), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "kb", "verify", "--jobs", "1"], env=env, cwd=project,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(markers.iterdir()):
+        time.sleep(0.1)
+    assert list(markers.iterdir()), "the spinning check never started"
+    workers = _worker_pids(project)
+    assert workers, "no worker process found"
+    proc.kill()  # SIGKILL: kb gets no chance to clean up
+    proc.wait(timeout=30)
+    end = time.monotonic() + 10
+    while time.monotonic() < end and any(_alive(p) for p in workers):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in workers), "a worker outlived the kb that started it"
+    # Without kb killed, the worker's own limits end the spin: the task is an error, not evidence.
+    res = kb_subprocess(project, "verify", "--json", "--jobs", "1", "--claim", "test.spin.c1", env={
+        "KB_MARKERS": str(markers), "KB_SANDBOX_WRITABLE": str(markers)}, timeout=120)
+    summary = json.loads(res.stdout)
+    assert [e["check"] for e in summary["errors"]] == ["test.spin.c1#0"] and "timed out" in summary["errors"][0]["reason"]
+    assert not _worker_pids(project)
+
+
+def test_a_read_only_evidence_folder_exits_3_naming_it(project: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0 or subprocess.run(["mount", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("needs root to bind-mount the evidence folder read-only")
+    ev = project / "evidence"
+    ev.mkdir(exist_ok=True)
+    if subprocess.run(["mount", "--bind", str(ev), str(ev)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ev)], check=True, capture_output=True)
+        res = kb_subprocess(project, "verify")
+        assert res.returncode == 3, res.stderr
+        assert "Traceback" not in res.stderr and str(ev) in res.stderr
+    finally:
+        subprocess.run(["umount", str(ev)], capture_output=True)

@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "fsutil": set(),
     "records": {"config"},
     "pinned": {"config", "records"},
-    "verify": {"config", "records", "pinned"},
+    "verify": {"config", "fsutil", "records", "pinned"},
     "audit": {"config", "records", "pinned", "render"},
     "index": {"config", "records", "pinned", "verify", "audit.state"},
     "export": {"config", "fsutil", "records", "index"},

@@ -32,13 +32,16 @@ def prov_document(db: sqlite_utils.Database, base: str = DEFAULT_BASE) -> dict[s
         if a["sha"]:
             attrs["kb:revision"] = a["sha"]
         doc["wasDerivedFrom"][f"_:d{n}"] = attrs
-    sql = ("SELECT c.id, c.statement, c.content_hash, s.status, s.strength FROM claims c "
+    sql = ("SELECT c.id, c.statement, c.content_hash, s.status, s.strength, s.cause, s.cause_by FROM claims c "
            "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'")
     for c in db.query(sql):
         ent = {"prov:type": "kb:claim", "prov:value": c["statement"], "kb:contentHash": c["content_hash"],
                "kb:status": c["status"]}
         if c["strength"]:
             ent["kb:evidenceStrength"] = c["strength"]  # kb/index/strength.py: measured, derived, cited, restated
+        if c["cause"]:
+            ent["kb:cause"] = c["cause"]  # kb/index/cause.py: why a verdict is refuted or inconclusive
+            ent["kb:causeBy"] = c["cause_by"] or "rule"
         doc["entity"][f"kb:{c['id']}"] = ent
     runs = ("SELECT r.run_id, r.claim_id, r.verifier, r.verdict, r.hardware_class, r.started FROM runs r "
             "JOIN claims c ON c.id = r.claim_id ORDER BY r.run_id")

@@ -77,6 +77,20 @@ def render_status(db: sqlite_utils.Database) -> str:
                  f"{n} {s}" for s, n in sorted(Counter(o["status"] for o in overall.values()).items(),
                                                key=lambda kv: STATUSES.index(kv[0]))) + ".", ""]
 
+    # Errata first: what the notes' author needs (kb errata has each finding with its evidence and links).
+    from kb.export.errata import collect
+
+    errata = collect(db)
+    lines += ["## Errata", "", f"{errata['count']} finding(s) about the notes and decks (`kb errata` lists each "
+              "with the evidence, what is true instead and links at the pin):", ""]
+    for note in errata["notes"]:
+        lines.append(f"- `{note['file']}`: " + ", ".join(f"{sec['heading']} ({len(sec['findings'])})"
+                                                         for sec in note["sections"]))
+    for deck in errata["decks"]:
+        lines.append(f"- `{deck['file']}`: " + ", ".join(f"slide {sl['slide']} ({len(sl['findings'])})"
+                                                         for sl in deck["slides"]))
+    lines.append("")
+
     lines += ["## By area", "",
               "| generation | phase | claims | source audit | CPU-checked | " + " | ".join(
                   f"GPU-measured ({md(g)})" for g in gpu_classes) + (" | " if gpu_classes else "")
@@ -170,7 +184,7 @@ def render_status(db: sqlite_utils.Database) -> str:
     refuted = sorted(i for i, o in overall.items() if o["status"] == "refuted")
     lines += ["## Refuted claims", "",
               "A refuted claim records what the notes assert and the evidence against it; it is a finding, not an error.", ""]
-    lines += [f"- `{i}` — {md(overall[i]['reason'])}" for i in refuted] or ["None."]
+    lines += [f"- `{i}` — {_cause(overall[i])}{md(overall[i]['reason'])}" for i in refuted] or ["None."]
     lines.append("")
 
     lines += _disagreements(db, overall)
@@ -189,7 +203,8 @@ def render_status(db: sqlite_utils.Database) -> str:
 
     inconclusive = sorted(i for i, o in overall.items() if o["status"] == "inconclusive")
     if inconclusive:
-        lines += ["## Inconclusive", ""] + [f"- `{i}` — {md(overall[i]['reason'])}" for i in inconclusive] + [""]
+        lines += ["## Inconclusive", ""] + [f"- `{i}` — {_cause(overall[i])}{md(overall[i]['reason'])}"
+                                            for i in inconclusive] + [""]
 
     env_rows = list(db.query("SELECT hardware_class, json FROM runs WHERE hardware_class != 'cpu' "
                              "GROUP BY hardware_class"))
@@ -243,3 +258,10 @@ def _kernel_profiles(db: sqlite_utils.Database) -> list[str]:
     for (family, d), row in sorted(cells.items(), key=lambda kv: (min(_IMPL_ORDER.index(i) for i in kv[1]), kv[0])):
         out.append(f"| `{md(family)}` | {d} | " + " | ".join(row.get(i, ("",))[0] for i in impls) + " |")
     return [*out, ""]
+
+
+def _cause(o: dict) -> str:
+    """`**cause** (rule|judgement): why. ` before a refuted or inconclusive reason (kb.index.cause)."""
+    if not o.get("cause"):
+        return ""
+    return f"**{o['cause']}** ({o.get('cause_by') or 'rule'}): {md(o.get('cause_why') or '')} — "

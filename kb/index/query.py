@@ -204,3 +204,30 @@ def cause_problems(db: sqlite_utils.Database) -> list[str]:
             why = "is refuted, and no rule decides its cause: record the judgement as cause: {kind, why}"
         out.append(f"{r['file']}:{r['line']}: claim {r['id']} field cause: {why}")
     return out
+
+
+# The verifiers whose verdicts kb decides over every batch (kb.index.status.BATCH_VERIFIERS).
+BATCH_VERIFIERS = ("gpu.benchmark", "gpu.probe", "gpu.bitwise-repeat", "gpu.ncu-metrics")
+
+
+def batches(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The batches on record behind a claim's measurement checks: one row per run of a batch-decided check under
+    the claim content and verifier code of its latest run (newest first), with the measured value and spread."""
+    out: list[dict[str, Any]] = []
+    latest: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rec.get("runs", []):  # newest first
+        if r.get("verifier") in BATCH_VERIFIERS:
+            latest.setdefault((r["check_index"], r["hardware_class"]), r)
+    for r in rec.get("runs", []):
+        top = latest.get((r["check_index"], r["hardware_class"]))
+        if top is None or r.get("verifier") != top.get("verifier") or r["claim_hash"] != top["claim_hash"] \
+                or r["verifier_hash"] != top["verifier_hash"] or r.get("expect") != top.get("expect"):
+            continue
+        name = next(iter(r.get("expect") or {}), "")
+        m = r.get("measurements", {})
+        value = (m.get(name) or {}).get("value")
+        spread = (m.get(f"{name}_spread") or {}).get("value")
+        out.append({"check": r["check_index"], "class": r["hardware_class"], "started": r["started"],
+                    "verdict": r["verdict"], "measure": name, "value": value,
+                    "spread": spread if isinstance(spread, list) else None, "run_id": r["run_id"]})
+    return out

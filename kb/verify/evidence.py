@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kb.fsutil import atomic_write_text
 from kb.records.models import Run
 from kb.records.yamlfile import Problem
 from kb.verify.expect import non_finite_fields, rederive
@@ -242,14 +243,10 @@ def write_batch(root: Path, runs: list[Run]) -> Path | None:
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     folder = root / "evidence" / class_slug(runs[0].hardware_class)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{stamp}-{digest}.json"
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    # Atomic (a reader never sees half a file); a full or read-only folder is kb.fsutil.OutputError naming
+    # the path: exit 3, and the journal keeps the finished runs for the next command.
+    atomic_write_text(path, text)
     for run in runs:
         run._recorded = file_stamp(path)
     return path

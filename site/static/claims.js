@@ -136,6 +136,12 @@
         g.title = "evidence strength";
         st.appendChild(g);
       }
+      if (c.cause) {
+        st.appendChild(document.createTextNode(" "));
+        var k = el("span", "cause", c.cause);
+        k.title = "cause of the verdict";
+        st.appendChild(k);
+      }
       tr.appendChild(st);
       return tr;
     }

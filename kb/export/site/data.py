@@ -48,12 +48,12 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
     """Read the whole index; attach to each claim its statuses, runs, sources and relations."""
     sources = {r["id"]: json.loads(r["json"]) for r in db.query("SELECT id, json FROM sources ORDER BY id")}
     status: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids, strength, upstream, rests_on, rests_via "
-                      "FROM status"):
+    for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids, strength, upstream, rests_on, rests_via, "
+                      "cause, cause_why, cause_by FROM status"):
         status[r["claim_id"]][r["hardware_class"]] = {
             "status": r["status"], "reason": r["reason"] or "", "run_ids": json.loads(r["run_ids"] or "[]"),
             "strength": r["strength"] or "none", "upstream": r["upstream"], "rests_on": r["rests_on"],
-            "rests_via": r["rests_via"],
+            "rests_via": r["rests_via"], "cause": r["cause"], "cause_why": r["cause_why"], "cause_by": r["cause_by"],
         }
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     n_runs = 0
@@ -382,6 +382,7 @@ def index_json(data: SiteData) -> dict[str, Any]:
         out = {
             "id": c["id"], "statement": c["statement"], "generation": c["generation"], "phase": c["phase"],
             "label": c["label"], "status": c["overall"]["status"], "strength": c["overall"]["strength"],
+            "cause": c["overall"].get("cause"),
             "topics": c["topics"], "sources": c["sources"],
             "classes": {hw: s["status"] for hw, s in c["classes"].items()},
         }
