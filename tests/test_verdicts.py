@@ -30,7 +30,8 @@ inline int pick(int bh, int cap) {
 }
 """
 # The rule as a note would state it; at bh = 1000 both sides are exactly 25/27 (1000/1080 = 0.95 * 2000/2052).
-RULE = "1 if cap < 2 or (bh / 108) / ceil(bh / 108) > 0.95 * max((bh / 108) / ceil(bh / 108), (2 * bh / 108) / ceil(2 * bh / 108)) else 2"
+RULE = ("1 if cap < 2 or (bh / 108) / ceil(bh / 108) > 0.95 * max((bh / 108) / ceil(bh / 108), "
+        "(2 * bh / 108) / ceil(2 * bh / 108)) else 2")
 
 
 def _status(project: Path, cid: str, env: dict | None = None) -> dict:
