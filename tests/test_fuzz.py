@@ -523,6 +523,30 @@ def _claims_family(rng: random.Random) -> _Family:
     }
     for name, over in nested.items():
         add(f"wrong-type {name}", doc(_fuzz_claim(**over)))
+    # code in claims data (docs/SECURITY.md): every one of these once validated and then ran
+    code_anchor = {"source": "flash-attention", "sha": "6d48e14a6c2f551db96f0badc658a6279a929df3",
+                   "path": "csrc/flash_attn/src/fmha_fwd_launch_template.h"}
+    host = {"anchor": 1, "functions": ["f"], "call": "f(x)", "grid": {"x": [1]}}
+    hostile = {
+        "py-exec call reads a file": ("code.py-exec", {**host, "call": "open('/etc/hostname').read()"}),
+        "py-exec call imports": ("code.py-exec", {**host, "call": "__import__('os').system('true')"}),
+        "py-exec prelude text": ("code.py-exec", {**host, "prelude": "import os\nos.system('true')"}),
+        "host-exec -wrapper": ("code.host-exec", {**host, "flags": ["-wrapper", "/bin/sh,-c,true"]}),
+        "host-exec @file": ("code.host-exec", {**host, "flags": ["@/etc/passwd"]}),
+        "host-exec -save-temps": ("code.host-exec", {**host, "flags": ["-save-temps", "-dumpbase", "/tmp/x"]}),
+        "host-exec prelude system()": ("code.host-exec", {**host, "prelude": 'int x = system("true");'}),
+        "constexpr dirs --output": ("code.constexpr", {"anchor": 1, "values": {"v": "1"}, "dirs": ["--output=/tmp/x.tar"]}),
+        "constexpr dirs --remote": ("code.constexpr", {"anchor": 1, "values": {"v": "1"}, "dirs": ["--remote=x", "--exec=true"]}),
+        "constexpr value lambda": ("code.constexpr", {"anchor": 1, "values": {"v": "[]{ return 1; }()"}}),
+        "toolchain inline code": ("toolchain.compile", {"code": "__global__ void k() {}"}),
+    }
+    for name, (verifier, params) in hostile.items():
+        add(f"hostile {name}", doc(_fuzz_claim(anchors=[dict(NOTE_ANCHOR), dict(code_anchor)],
+                                               checks=[{"verifier": verifier, "params": params,
+                                                        "expect": {"value": {"equals": 1}}}])))
+    add("hostile code at an untrusted revision", doc(_fuzz_claim(
+        anchors=[dict(NOTE_ANCHOR), {**code_anchor, "sha": "a581db4a92051a52e98912e0d6cdcc1923864b8c"}],  # pinned, not trusted
+        checks=[{"verifier": "code.host-exec", "params": host, "expect": {"value": {"equals": 1}}}])))
     # missing fields
     for f in ("id", "statement", "generation", "phase", "topics", "label", "anchors"):
         c = _fuzz_claim()
