@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlite_utils
 
-FINDINGS = ("note", "deck")
+from kb.index.cause import FINDINGS
 
 
 def _claims(db: sqlite_utils.Database) -> dict[str, dict[str, Any]]:

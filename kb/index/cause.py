@@ -26,7 +26,6 @@ import operator
 from fractions import Fraction
 from typing import Any
 
-CAUSES = ("note", "deck", "not-reproduced", "tie", "band-above", "band-below", "spread", "unbound", "extraction")
 # Causes that are findings about the notes or decks (what `kb errata` publishes).
 FINDINGS = frozenset({"note", "deck"})
 UNJUDGED = "unjudged"

@@ -206,13 +206,11 @@ def cause_problems(db: sqlite_utils.Database) -> list[str]:
     return out
 
 
-# The verifiers whose verdicts kb decides over every batch (kb.index.status.BATCH_VERIFIERS).
-BATCH_VERIFIERS = ("gpu.benchmark", "gpu.probe", "gpu.bitwise-repeat", "gpu.ncu-metrics")
-
-
 def batches(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """The batches on record behind a claim's measurement checks: one row per run of a batch-decided check under
     the claim content and verifier code of its latest run (newest first), with the measured value and spread."""
+    from kb.index.status import BATCH_VERIFIERS
+
     out: list[dict[str, Any]] = []
     latest: dict[tuple[int, str], dict[str, Any]] = {}
     for r in rec.get("runs", []):  # newest first

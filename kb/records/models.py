@@ -260,9 +260,6 @@ class Scope(Strict):
     reported_on: str | None = None
 
 
-CAUSE_KINDS = ("note", "deck", "not-reproduced", "tie", "band-above", "band-below", "spread", "extraction")
-
-
 class Cause(Strict):
     """A reviewer's judgement of why the claim's checks refute it (or leave it inconclusive)."""
 
