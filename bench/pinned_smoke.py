@@ -40,7 +40,7 @@ def run_impl(impl: str, causal: bool, head_dim: int = 128, dtype: str = "bfloat1
     """One forward+backward of the pinned build against fp64, twice for bitwise equality."""
     import torch
 
-    from verifiers import gpu_pinned
+    from verifiers.gpu import pinned as gpu_pinned
 
     p = SimpleNamespace(impl=impl, causal=causal, dropout_p=0.0, head_dim=head_dim, seed=0, philox_offset=0,
                         num_splits=0, deterministic=False)
@@ -96,7 +96,7 @@ def main() -> int:
             results.append(r)
             print(json.dumps(r)[:1500], flush=True)
     try:
-        from verifiers import gpu_probe
+        from verifiers.gpu import probe as gpu_probe
 
         for probe, extra in (("smid", {"grid": 2000, "block": 256, "smem_bytes": 150 * 1024}),
                              ("smid", {"grid": 500, "block": 1024}), ("mma-fragment", {}),

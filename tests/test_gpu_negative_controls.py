@@ -31,7 +31,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _kb(proj: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # The pinned builds and probes are found in the repository's build cache (python -m verifiers.pinned_build).
+    # The pinned builds and probes are found in the repository's build cache (python -m verifiers.pinned.build).
     env = {"KB_BUILD_CACHE": str(ROOT / ".kb" / "build"), **os.environ, "KB_ROOT": str(proj),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "kb", *args], capture_output=True, text=True, env=env, timeout=900)

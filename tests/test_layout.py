@@ -96,3 +96,21 @@ def test_legacy_names_resolve_to_the_owning_module():
 
     for old, new in kb.LEGACY_VERIFIER_API.items():
         assert importlib.import_module(old) is importlib.import_module(new)
+
+
+VERIFIERS = KB.parent / "verifiers"
+# verifiers/ holds packages by kind of evidence; only the trust boundary, shared by all, sits at the top.
+VERIFIER_PACKAGES = {"cpu", "source", "pinned", "gpu"}
+
+
+def test_verifiers_are_packages_by_kind_of_evidence():
+    top = {p.name for p in VERIFIERS.iterdir() if p.suffix == ".py"}
+    assert top == {"__init__.py", "trust.py"}, f"verifier modules belong in a package: {sorted(top)}"
+    pkgs = {p.name for p in VERIFIERS.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert pkgs == VERIFIER_PACKAGES, f"packages {sorted(pkgs)}: a new kind of evidence is a design decision"
+    families: dict[tuple[Path, str], list[str]] = defaultdict(list)
+    for path in VERIFIERS.rglob("*.py"):
+        m = re.match(r"([a-z]+)_", path.stem)
+        if m and "snippets" not in path.parts:
+            families[(path.parent, m.group(1))].append(path.name)
+    assert {k: v for k, v in families.items() if len(v) > 1} == {}

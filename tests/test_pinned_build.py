@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from kb.registry import Context, Outcome
-from kb.verify.registry import _hash_files, requirements_for
-from verifiers import gpu_pinned, gpu_probe, pinned_build
-from verifiers.gpu_verdict import judge_spread
+from kb.verify.registry import requirements_for
+from verifiers.gpu import pinned as gpu_pinned
+from verifiers.gpu import probe as gpu_probe
+from verifiers.gpu.verdict import judge_spread
+from verifiers.pinned import build as pinned_build
 
 PTXAS = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_Z16flash_fwd_kernelI5TraitsEv' for 'sm_90'
@@ -64,7 +66,7 @@ def test_pinned_checks_are_planned_for_sm90_only() -> None:
     assert (req.min_cc, req.max_cc) == (90, 90)
     assert requirements_for(spec, {"impl": "sdpa-flash"}).max_cc is None
     assert requirements_for(spec, {"impl": "fa2-v2.0.0", "max_cc": 100}).max_cc == 100  # a check may widen it
-    from verifiers.gpu_common_params import PINNED_IMPLS
+    from verifiers.gpu.params import PINNED_IMPLS
 
     assert set(PINNED_IMPLS) == set(pinned_build.REVISIONS)  # every pinned impl has a build, and no build is unused
 
@@ -73,23 +75,15 @@ def test_missing_build_is_a_skip_reason_not_a_crash(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("KB_BUILD_CACHE", str(tmp_path))
     pinned_build._LOADED.clear()
     why = gpu_pinned.available("fa1-v1.0.9")
-    assert why and "python -m verifiers.pinned_build --rev fa1-v1.0.9" in why
+    assert why and "python -m verifiers.pinned.build --rev fa1-v1.0.9" in why
 
 
-def test_harness_files_are_part_of_the_code_hash(tmp_path: Path) -> None:
-    (tmp_path / "h.cu").write_text("int a;\n")
-    mod = types.SimpleNamespace(HASH_FILES=["h.cu"], __file__=str(tmp_path / "m.py"))
+def test_harness_files_are_part_of_the_gpu_verifiers_code_hash() -> None:
+    from kb.verify.codehash import CodeHasher
+    from verifiers.gpu import attention
 
-    def digest() -> str:
-        import hashlib
-
-        h = hashlib.sha256()
-        _hash_files(mod, h)
-        return h.hexdigest()
-
-    before = digest()
-    (tmp_path / "h.cu").write_text("int b;\n")
-    assert digest() != before
+    parts = CodeHasher("verifiers").parts(attention.__name__, "kernel_run")
+    assert {"file:kb_attn_abi.h", "file:fa2_v200.cu", "file:fa3_hopper.cu"} <= set(parts)
 
 
 def test_mma_layout_tables_give_the_claimed_lane0_coordinates() -> None:

@@ -124,7 +124,7 @@ def test_without_the_submodule_clone_the_check_is_skipped_with_the_reason(projec
 
 
 def test_extract_function_takes_the_definition_with_its_template_header() -> None:
-    from verifiers.compiled import extract_function
+    from verifiers.pinned.compiled import extract_function
 
     body = extract_function(HEUR, "pick_splits")
     assert body.startswith("inline int pick_splits(") and body.rstrip().endswith("}")
@@ -136,7 +136,7 @@ def test_extract_function_takes_the_definition_with_its_template_header() -> Non
 
 
 def test_rule_evaluation_is_arithmetic_only() -> None:
-    from verifiers.compiled import eval_rule
+    from verifiers.pinned.compiled import eval_rule
 
     assert eval_rule("ceil_div(a, b) if a > 0 else 0", {"a": 7, "b": 2}) == 4
     assert eval_rule("min(a, 30)", {"a": 40}) == 30
@@ -234,7 +234,7 @@ def test_resources_read_ptxas_and_derive_occupancy(project: Path, tmp_path: Path
 
 
 def test_occupancy_rules_on_the_a100() -> None:
-    from verifiers.compiled import occupancy
+    from verifiers.pinned.compiled import occupancy
 
     a100 = {"regs_per_sm": 65536, "reg_alloc_unit_per_warp": 256, "smem_per_sm_bytes": 167936,
             "smem_reserved_per_block_bytes": 1024, "smem_per_block_max_bytes": 166912,
@@ -247,7 +247,7 @@ def test_occupancy_rules_on_the_a100() -> None:
 
 
 def test_parse_ptxas_reads_each_entry() -> None:
-    from verifiers.compiled import parse_ptxas
+    from verifiers.pinned.compiled import parse_ptxas
 
     log = ("ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'\n"
            "ptxas info    : Function properties for _Z1kPf\n"

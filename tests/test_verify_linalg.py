@@ -78,7 +78,7 @@ def _check(verifier: str, params: dict, expect: dict) -> list[dict]:
 
 
 def test_identities_cover_every_literal() -> None:
-    from verifiers.linalg import Identity
+    from verifiers.cpu.linalg import Identity
 
     assert {c[0] for c in CASES} == set(Identity.__args__)
 

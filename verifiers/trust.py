@@ -194,5 +194,5 @@ def snippet(kind: str, name: str) -> str:
 
 
 def snippet_files() -> list[str]:
-    """Every snippet, relative to verifiers/, for the registry's code hash."""
-    return sorted(str(p.relative_to(SNIPPETS.parent)) for p in SNIPPETS.rglob("*") if p.is_file())
+    """Every snippet (absolute paths), for the registry's code hash (`HASH_FILES`)."""
+    return sorted(str(p) for p in SNIPPETS.rglob("*") if p.is_file())

@@ -9,11 +9,9 @@ worker process that runs them.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import pkgutil
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kb.records.vocab import VerifierKind
+from kb.verify.codehash import CodeHasher
 
 
 class Params(BaseModel):
@@ -108,13 +107,17 @@ class VerifierSpec:
     def code_hash(self) -> str:
         """Hash of the verifier's code (or its pinned version): old evidence goes stale when it changes.
 
-        Covers the whole module that defines the verifier and every `verifiers.*`
-        module it imports (helpers such as gpu_common), not just the function: a
-        fix in a helper must invalidate evidence made with the old helper.
+        Covers the verifier function and everything of the verifier package it
+        uses, transitively (kb.verify.codehash): a fix in a helper invalidates
+        evidence made with the old helper; a comment edit or a module move does not.
         """
         if self.version:
             return f"v:{self.version}"
-        return _module_hash(self.func.__module__)
+        mod = self.func.__module__
+        key = (mod, self.func.__qualname__)
+        if key not in _HASHES:
+            _HASHES[key] = _hasher(mod.split(".")[0]).hash_function(*key)
+        return _HASHES[key]
 
 
 def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements:
@@ -150,40 +153,14 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
     )
 
 
-_HASHES: dict[str, str] = {}
+_HASHES: dict[tuple[str, str], str] = {}
+_HASHERS: dict[str, CodeHasher] = {}
 
 
-def _module_hash(name: str) -> str:
-    """sha256 over a verifier module's source and the verifiers/ modules it references."""
-    if name in _HASHES:
-        return _HASHES[name]
-    mod = importlib.import_module(name)
-    src = inspect.getsource(mod)
-    h = hashlib.sha256(src.encode())
-    _hash_files(mod, h)
-    pkg = name.split(".")[0]
-    for dep in sorted(set(re.findall(rf"\b{pkg}\.(\w+)|from {pkg} import (\w+)", src))):
-        dep_name = f"{pkg}.{dep[0] or dep[1]}"
-        if dep_name != name:
-            try:
-                dep_mod = importlib.import_module(dep_name)
-                h.update(inspect.getsource(dep_mod).encode())
-                _hash_files(dep_mod, h)
-            except (ImportError, OSError, TypeError):
-                continue
-    _HASHES[name] = h.hexdigest()[:16]
-    return _HASHES[name]
-
-
-def _hash_files(mod: Any, h: Any) -> None:
-    """Fold in the non-Python files a module declares in `HASH_FILES` (e.g. the C++ harness it compiles)."""
-    files = getattr(mod, "HASH_FILES", None)
-    if not files or not getattr(mod, "__file__", None):
-        return
-    base = Path(mod.__file__).parent
-    for rel in files:
-        f = base / rel
-        h.update(rel.encode() + b"\0" + (f.read_bytes() if f.exists() else b"<missing>"))
+def _hasher(package: str) -> CodeHasher:
+    if package not in _HASHERS:
+        _HASHERS[package] = CodeHasher(package)
+    return _HASHERS[package]
 
 
 _REGISTRY: dict[str, VerifierSpec] = {}
@@ -237,7 +214,8 @@ def load_verifiers(directory: Path | None) -> dict[str, VerifierSpec]:
             sys.path.remove(parent)
         sys.path.insert(0, parent)
         pkg = importlib.import_module(directory.name)
-        for mod in pkgutil.iter_modules(pkg.__path__):
-            importlib.import_module(f"{directory.name}.{mod.name}")
+        # Verifier modules live in subpackages by kind of evidence (cpu/, source/, pinned/, gpu/).
+        for mod in pkgutil.walk_packages(pkg.__path__, prefix=f"{directory.name}."):
+            importlib.import_module(mod.name)
         _LOADED_FROM.append(directory)
     return _REGISTRY

@@ -1,4 +1,4 @@
-// kb's own micro-probes of the GPU execution model, driven from Python (ctypes) by verifiers/gpu_probe.py.
+// kb's own micro-probes of the GPU execution model, driven from Python (ctypes) by verifiers/gpu/probe.py.
 // Nothing here comes from a pinned repository: each kernel records what the hardware did (which SM ran a
 // thread, when a CTA started and ended, what an mma.sync produced, how many atomic updates landed).
 #include <cstdint>

@@ -12,14 +12,14 @@ import statistics
 from typing import Any, Literal
 
 from kb.registry import Context, Outcome, Requirements, verifier
-from verifiers.gpu_common_params import PINNED_IMPLS, AttnParams
-from verifiers.gpu_verdict import judge_absence, judge_spread
+from verifiers.gpu.params import PINNED_IMPLS, AttnParams
+from verifiers.gpu.verdict import judge_absence, judge_spread
 
 GPU = Requirements(cuda=True, min_cc=80)
 
 
 def _common():
-    from verifiers import gpu_common
+    from verifiers.gpu import common as gpu_common
 
     return gpu_common
 
@@ -30,8 +30,8 @@ def _env(kernels: list[str], p: AttnParams | None = None) -> dict[str, Any]:
 
 
 def _unavailable(p: AttnParams) -> Outcome | None:
-    """A skipped outcome when the check names a pinned build (verifiers.pinned_build) this machine lacks."""
-    from verifiers import gpu_pinned
+    """A skipped outcome when the check names a pinned build (verifiers.pinned.build) this machine lacks."""
+    from verifiers.gpu import pinned as gpu_pinned
 
     if p.impl in PINNED_IMPLS and (why := gpu_pinned.available(p.impl)):
         return Outcome(verdict="skipped", reason=why)

@@ -353,7 +353,7 @@ class ConstexprParams(Params):
     # (verifiers/snippets/constexpr/NAME.cuh) for anything more.
     prelude: str = ""
     values: dict[str, str] = Field(min_length=1)  # measurement name -> C++ constant expression
-    aten_shim: bool = False  # headers that include ATen names (FA1/FA2 launch and kernel headers): verifiers/aten_shim.py
+    aten_shim: bool = False  # headers that include ATen names (FA1/FA2 launch and kernel headers): verifiers/pinned/aten_shim.py
     arch: str = "sm_80"
     flags: list[str] = DEFAULT_CUDA_FLAGS
 
@@ -431,7 +431,7 @@ def constexpr_values(p: ConstexprParams, ctx: Context) -> Outcome:
         incs += [f"-I{sub_tree / f}" for f in folders]
         subs_used[sub] = commit
     if p.aten_shim:
-        from verifiers import aten_shim
+        from verifiers.pinned import aten_shim
 
         incs.insert(0, f"-I{aten_shim.write(root)}")
         subs_used["aten_shim"] = aten_shim.digest()
@@ -577,7 +577,7 @@ class ResourcesParams(Params):
     anchor: int = 0  # a repository anchor whose `path` is the .cu unit
     dirs: list[str] = []  # folders to materialise and put on -I (default: the unit's folder)
     submodules: dict[str, list[str]] = {}
-    aten_shim: bool = False  # FA1/FA2 units include a few ATen names (verifiers/aten_shim.py)
+    aten_shim: bool = False  # FA1/FA2 units include a few ATen names (verifiers/pinned/aten_shim.py)
     arch: str = "sm_80"
     flags: list[str] = [*DEFAULT_CUDA_FLAGS, "-O3"]
 
@@ -635,7 +635,7 @@ def occupancy(regs: int, threads: int, smem_block: int, hw: dict[str, float]) ->
           requires=Requirements(tools=("nvcc",), git_source=True), timeout_s=1800)
 def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
     """Compile the pinned kernel unit; registers, spills, stack and static smem per kernel; optional occupancy."""
-    from verifiers import aten_shim
+    from verifiers.pinned import aten_shim
 
     a, clone = _anchor(p, ctx)
     root = _cache_root(ctx)

@@ -2,7 +2,7 @@
 
 Each revision is its pinned kernel units, compiled unchanged from the tree at
 the pin's full SHA (cutlass at the commit the pin records as its submodule),
-plus kb's own harness (`verifiers/harness/<rev>.cu`) that fills the pinned
+plus kb's own harness (`verifiers/pinned/harness/<rev>.cu`) that fills the pinned
 params struct through one C ABI (`kb_attn_abi.h`) and calls the pinned launch
 function. FA1/FA2 units also get kb's ATen stand-ins (`aten_shim`). Builds are
 cached by (SHA, units, flags, compiler, harness, shim) under
@@ -11,7 +11,7 @@ the source SHA, the cutlass commit, flags, compiler, what kb supplied, and the
 ptxas resource lines of every kernel.
 
 Run on any machine with nvcc (no GPU needed):
-`python -m verifiers.pinned_build [--rev fa2-v2.0.0 ...] [-j 2]`; carry the
+`python -m verifiers.pinned.build [--rev fa2-v2.0.0 ...] [-j 2]`; carry the
 `.kb/build/pinned` folder to the GPU machine.
 """
 
@@ -174,8 +174,8 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     from kb.config import load_config
     from kb.pinned.clones import clone_paths
     from kb.records.loader import load_corpus
-    from verifiers import aten_shim
-    from verifiers.compiled import _materialise, _tool_version, gitlink
+    from verifiers.pinned import aten_shim
+    from verifiers.pinned.compiled import _materialise, _tool_version, gitlink
 
     rev = revision(name)
     units = sorted(units or rev.default_units)
@@ -266,9 +266,9 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
         "cutlass": {"path": rev.cutlass_path, "commit": cut_commit, "dirs": list(rev.cutlass_dirs)},
         "units": {u: f"{rev.src_dir}/{rev.units[u]}" for u in units},
         "gencode": rev.gencode, "flags": list(rev.flags), "compiler": compiler,
-        "harness": {"file": f"verifiers/harness/{rev.harness}", "sha256": harness_digest(rev)},
-        "supplied_by_kb": (["verifiers/harness/kb_attn_abi.h", f"verifiers/harness/{rev.harness}"]
-                           + ([f"verifiers/aten_shim.py ({shim})"] if rev.aten_shim else [])
+        "harness": {"file": f"verifiers/pinned/harness/{rev.harness}", "sha256": harness_digest(rev)},
+        "supplied_by_kb": (["verifiers/pinned/harness/kb_attn_abi.h", f"verifiers/pinned/harness/{rev.harness}"]
+                           + ([f"verifiers/pinned/aten_shim.py ({shim})"] if rev.aten_shim else [])
                            + ([f"link-time libcuda.so.1 stand-in for {', '.join(rev.driver_symbols)} (the driver's at run time)"]
                               if rev.driver_symbols else [])),
         "link": link[:2] + (["-lcuda"] if rev.driver_symbols else []),
@@ -326,14 +326,14 @@ def load(name: str) -> Loaded:
     folder = build_root() / name
     cur = folder / "current"
     if not cur.exists():
-        raise FileNotFoundError(f"no build of {name} under {folder}: run `python -m verifiers.pinned_build --rev {name}`"
+        raise FileNotFoundError(f"no build of {name} under {folder}: run `python -m verifiers.pinned.build --rev {name}`"
                                 " and carry .kb/build/pinned to this machine")
     path = folder / cur.read_text().strip()
     manifest = json.loads((path / "manifest.json").read_text())
     if manifest["source_sha"] != revision(name).sha:
         raise RuntimeError(f"{path}: built from {manifest['source_sha']}, not the pin {revision(name).sha}")
     if manifest["harness"]["sha256"] != harness_digest(revision(name)):
-        raise RuntimeError(f"{path}: built with another harness than verifiers/harness/{revision(name).harness}; rebuild")
+        raise RuntimeError(f"{path}: built with another harness than verifiers/pinned/harness/{revision(name).harness}; rebuild")
     lib = ctypes.CDLL(str(path / "libkb.so"))
     for fn in ("kb_fwd", "kb_bwd"):
         getattr(lib, fn).argtypes = [ctypes.POINTER(KbAttnArgs), ctypes.c_void_p]
@@ -360,7 +360,7 @@ PROBES = "probes"
 
 def build_probes(log: Any = print) -> Path:
     """kb's own GPU micro-probes (harness/probes.cu) as a library, cached by (source, flags, compiler)."""
-    from verifiers.compiled import _tool_version
+    from verifiers.pinned.compiled import _tool_version
 
     compiler = _tool_version("nvcc")
     src = HERE / "harness" / "probes.cu"
@@ -378,7 +378,7 @@ def build_probes(log: Any = print) -> Path:
                          timeout=900)
     if res.returncode != 0:
         raise RuntimeError(f"nvcc failed on probes.cu:\n{res.stderr[-3000:]}")
-    manifest = {"revision": PROBES, "source": "kb (verifiers/harness/probes.cu)", "source_sha256":
+    manifest = {"revision": PROBES, "source": "kb (verifiers/pinned/harness/probes.cu)", "source_sha256":
                 hashlib.sha256(src.read_bytes()).hexdigest(), "flags": flags, "compiler": compiler, "key": key,
                 "compile_seconds": round(time.time() - t0, 1),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -392,7 +392,7 @@ def load_probes() -> tuple[Any, dict[str, Any]]:
     """The probes library (ctypes) and its manifest; FileNotFoundError when not built here."""
     folder = build_root() / PROBES
     if not (folder / "current").exists():
-        raise FileNotFoundError(f"no probes build under {folder}: run `python -m verifiers.pinned_build --rev probes`")
+        raise FileNotFoundError(f"no probes build under {folder}: run `python -m verifiers.pinned.build --rev probes`")
     path = folder / (folder / "current").read_text().strip()
     manifest = json.loads((path / "manifest.json").read_text())
     if manifest["source_sha256"] != hashlib.sha256((HERE / "harness" / "probes.cu").read_bytes()).hexdigest():
@@ -402,7 +402,7 @@ def load_probes() -> tuple[Any, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: build the named revisions (default: all) with their default units."""
-    ap = argparse.ArgumentParser(prog="python -m verifiers.pinned_build", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rev", action="append",
                     help=f"revision to build (repeatable); known: {', '.join([*REVISIONS, PROBES])}")
     ap.add_argument("--unit", action="append", help="phase:dtype:head_dim to build instead of the defaults")

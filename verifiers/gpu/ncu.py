@@ -19,7 +19,7 @@ import sys
 from typing import Any, Literal
 
 from kb.registry import Context, Outcome, Requirements, verifier
-from verifiers.gpu_common_params import AttnParams
+from verifiers.gpu.params import AttnParams
 
 METRICS = [
     "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum",
@@ -30,8 +30,8 @@ METRICS = [
 
 _CHILD = """
 import json, sys, torch
-from verifiers import gpu_common as g
-from verifiers.gpu_common_params import AttnParams
+from verifiers.gpu import common as g
+from verifiers.gpu.params import AttnParams
 p = AttnParams.model_validate(json.loads(sys.argv[1]))
 phase = sys.argv[2]
 x = g.make_inputs(p, requires_grad=phase != "forward")
@@ -67,7 +67,7 @@ def profile_pass(p: AttnParams, phase: str, timeout: float = 240) -> list[dict[s
     ncu = shutil.which("ncu")
     if ncu is None:
         raise RuntimeError("ncu (Nsight Compute) is not on PATH")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project root
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
            "--metrics", ",".join(METRICS), "--csv", "--page", "raw",

@@ -14,7 +14,7 @@ import os
 import tempfile
 from typing import Any
 
-from verifiers.gpu_common_params import PINNED_IMPLS, AttnParams
+from verifiers.gpu.params import PINNED_IMPLS, AttnParams
 
 AttnShape = AttnParams
 
@@ -73,7 +73,7 @@ def forward(p: AttnShape, x: dict[str, Any]) -> tuple[Any, Any]:
         torch.manual_seed(p.seed)
         torch.cuda.manual_seed(p.seed)
     if p.impl in PINNED_IMPLS:
-        from verifiers import gpu_pinned
+        from verifiers.gpu import pinned as gpu_pinned
 
         return gpu_pinned.forward(p, x)
     if p.impl == "fa4":
@@ -171,7 +171,7 @@ def versions(impl: str | None = None) -> dict[str, Any]:
     torch = _torch()
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
     if impl in PINNED_IMPLS:
-        from verifiers import gpu_pinned
+        from verifiers.gpu import pinned as gpu_pinned
 
         env["pinned_build"] = gpu_pinned.provenance(impl)
     try:

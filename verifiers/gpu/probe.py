@@ -1,7 +1,7 @@
 """GPU probes of the execution model: which SM runs a CTA, whether waves have barriers, the mma.sync
 fragment layout, atomics, and dense GEMM throughput.
 
-The kernels are kb's own (verifiers/harness/probes.cu, built by verifiers.pinned_build as `probes`);
+The kernels are kb's own (verifiers/pinned/harness/probes.cu, built by verifiers.pinned.build as `probes`);
 GEMM throughput uses torch.matmul (cuBLAS). Each probe reports raw observations; the claim's
 expectation decides.
 """
@@ -12,7 +12,7 @@ import ctypes
 from typing import Any, Literal
 
 from kb.registry import Context, Outcome, Params, Requirements, verifier
-from verifiers.gpu_verdict import judge_absence, judge_spread
+from verifiers.gpu.verdict import judge_absence, judge_spread
 
 SM90 = Requirements(cuda=True, min_cc=90, max_cc=90)
 
@@ -42,7 +42,7 @@ class ProbeParams(Params):
 
 
 def _lib() -> tuple[Any, dict[str, Any]]:
-    from verifiers import pinned_build
+    from verifiers.pinned import build as pinned_build
 
     return pinned_build.load_probes()
 
@@ -55,7 +55,7 @@ def _stream() -> int:
 
 @verifier("gpu.probe", kind="gpu-profile", params=ProbeParams, requires=SM90, timeout_s=300)
 def probe(p: ProbeParams, ctx: Context) -> Outcome:
-    """Run one probe (verifiers/harness/probes.cu or cuBLAS) and report what the hardware did."""
+    """Run one probe (verifiers/pinned/harness/probes.cu or cuBLAS) and report what the hardware did."""
     if p.probe == "gemm":
         return _gemm(p, ctx)
     try:
@@ -204,7 +204,7 @@ def _atomic(p: ProbeParams, lib: Any) -> Outcome:
 def _gemm(p: ProbeParams, ctx: Context) -> Outcome:
     import torch
 
-    from verifiers import gpu_common
+    from verifiers.gpu import common as gpu_common
 
     dt = getattr(torch, p.dtype)
     a = torch.randn(p.m, p.k, device="cuda", dtype=dt)

@@ -317,7 +317,7 @@ def _unfused_intermediates(p: BlockParams, g) -> dict:
 
     import torch
 
-    from verifiers.tiled import TiledParams, forward_fa1
+    from verifiers.cpu.tiled import TiledParams, forward_fa1
 
     ratios, by_d = [], {}
     for n in p.n_values:
@@ -441,7 +441,7 @@ def _bwd_tile_products(p: BlockParams, g) -> dict:
 
 
 def _bwd_flops_fa1_fa2(p: BlockParams, g) -> dict:
-    from verifiers.tiled import TiledParams, backward_tiled, forward_fa2
+    from verifiers.cpu.tiled import TiledParams, backward_tiled, forward_fa2
 
     q, k, v, do = (_randn(g, p.n, p.d) for _ in range(4))
     flops = {}

@@ -8,7 +8,7 @@ from pydantic import model_validator
 
 from kb.registry import Params
 
-# kb's builds of those pins (verifiers/pinned_build.py, the same names), run via ctypes (verifiers/gpu_pinned.py).
+# kb's builds of those pins (verifiers/pinned/build.py, the same names), run via ctypes (verifiers/gpu_pinned.py).
 PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 Impl = Literal["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "fa4", "flex",
                "fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08"]

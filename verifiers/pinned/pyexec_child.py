@@ -1,6 +1,6 @@
 """The child interpreter of `code.py-exec`: runs pinned Python in the sandbox and answers JSON.
 
-Started by verifiers/compiled.py as `python -I -S pyexec_child.py` inside
+Started by verifiers/pinned/compiled.py as `python -I -S pyexec_child.py` inside
 `kb.verify.sandbox` (no network, read-only files, limits). It reads one JSON
 task on stdin: the code (kb's snippets and the pinned functions), a file name
 for tracebacks, the call expression (checked by verifiers/trust.py at

@@ -1,7 +1,7 @@
 """The pinned revisions as attention implementations: torch tensors in, the pinned kernels run via ctypes.
 
 `impl: fa2-v2.0.0` (or `fa1-v1.0.9`, `fa3-2024-08`) in a GPU check runs kb's
-build of that pin (verifiers/pinned_build.py) instead of a packaged library.
+build of that pin (verifiers/pinned/build.py) instead of a packaged library.
 An autograd Function wraps the pinned forward and backward, so every GPU
 verifier (profile, bitwise repeat, kernel run, benchmark) drives them the same
 way it drives SDPA. Imported only inside GPU verifier functions (torch).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from verifiers import pinned_build
+from verifiers.pinned import build as pinned_build
 
 
 def available(impl: str) -> str | None:

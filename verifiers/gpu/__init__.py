@@ -1,0 +1,1 @@
+"""GPU experiments: kernel runs against fp64, profiles, bitwise repeats, benchmarks, probes, Nsight counters."""
