@@ -74,6 +74,9 @@ class MatrixParams(Params):
     batches: int = Field(5, ge=3, le=20)
     reps: int = Field(10, ge=1, le=200)
     ratios: list[Ratio] = []
+    # The workload's sizes as the claim states them; they must equal the preset (so a statement's shape is bound
+    # to what runs, and a preset edited under a claim fails validation instead of measuring something else).
+    shape: dict[str, int] = {}
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
     min_cc: int | None = 90
     max_cc: int | None = None
@@ -87,6 +90,11 @@ class MatrixParams(Params):
 
     @model_validator(mode="after")
     def _consistent(self) -> MatrixParams:
+        preset = WORKLOADS[self.workload]
+        for k, v in self.shape.items():
+            if k not in preset or isinstance(preset[k], bool) or preset[k] != v:
+                raise ValueError(f"shape {k}={v} is not workload {self.workload!r}'s "
+                                 f"({ {n: x for n, x in preset.items() if not isinstance(x, bool)} })")
         cells = {f"{b}/{p}" for b in self.backends for p in self.passes}
         for key in self.skip:
             b, _, p = key.partition("/")
@@ -333,10 +341,10 @@ def _time_cell(p: MatrixParams, backend: str, pass_: str) -> Cell:
             torch.cuda.synchronize()
             means.append(a.elapsed_time(b) / p.reps)
         return Cell(batch_ms=means)
-    except Exception as exc:  # noqa: BLE001 - a failing cell is data for the matrix, not a crash of the row
+    except Exception as exc:  # a failing cell is data for the matrix, not a crash of the row
         try:
             torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - a broken context shows in the next cells' errors
+        except Exception:  # a broken context shows in the next cells' errors
             pass
         return Cell(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
     finally:
