@@ -41,8 +41,8 @@ from markupsafe import Markup
 
 from kb.config import Config
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
-from kb.export.site.charts import _scalar as scalar_of
 from kb.export.site import matrix_sel
+from kb.export.site.charts import _scalar as scalar_of
 from kb.export.site.charts import gpu_charts
 from kb.export.site.data import (
     SOURCE_KINDS,
