@@ -41,6 +41,7 @@ from markupsafe import Markup
 
 from kb.config import Config
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
+from kb.export.site import matrix_sel
 from kb.export.site.charts import _scalar as scalar_of
 from kb.export.site.charts import gpu_charts
 from kb.export.site.data import (
@@ -355,6 +356,7 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
     pages["graph.html"] = ("graph.html", _graph_context(graph))
     for name, (tpl_name, ctx) in pages.items():
         out.render(env.get_template(tpl_name), name, root="", page=name, **ctx)
+    matrix_sel.write(data, env, out)  # kernels.html + kernels.csv (kb/export/site/matrix_sel.py)
 
     claim_tpl = env.get_template("claim.html")
     keep = set()
