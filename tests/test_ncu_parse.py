@@ -44,17 +44,20 @@ def test_summary_and_ratios() -> None:
     assert s["dram_read_bytes"] == 201_326_592 + 1_024
     assert s["dram_write_bytes"] == pytest.approx(67_108_864 + 2_048)
     assert s["l2_read_bytes"] == 32 * (201_326_592 + 64)
+    assert s["global_load_bytes"] == pytest.approx(32 * (4.5e6 + 16e6))  # both in Msector, the column's unit
     assert s["occ_ctas_per_sm"] == 2 and s["occ_limit_warps"] == 16  # the tightest of the four limits
     assert s["block_threads"] == 128 and s["registers_per_thread"] == 255
     p = AttnParams(batch=1, heads=32, seqlen_q=8192, head_dim=128)
     sizes = ncu.tensor_bytes(p)
     assert sizes["o"] == 1 * 32 * 8192 * 128 * 2 and sizes["kv"] == 2 * sizes["o"] and sizes["lse"] == 32 * 8192 * 4
-    other = dict(s, l2_read_bytes=s["l2_read_bytes"] + sizes["kv"], dram_bytes=3 * s["dram_bytes"])
+    other = dict(s, l2_read_bytes=s["l2_read_bytes"] + sizes["kv"], dram_bytes=3 * s["dram_bytes"],
+                 global_load_bytes=s["global_load_bytes"] + 2 * sizes["kv"])
     m = ncu.measurements(s, sizes, other)
     assert m["dram_write_over_o_lse"][0] == pytest.approx((67_108_864 + 2_048) / (sizes["o"] + sizes["lse"]))
     assert m["dram_read_over_l2_read"][0] == pytest.approx(s["dram_read_bytes"] / s["l2_read_bytes"])
     assert m["l2_read_over_kv"][0] == pytest.approx(s["l2_read_bytes"] / sizes["kv"])
     assert m["l2_read_delta_over_kv"][0] == pytest.approx(1.0)
+    assert m["global_load_delta_over_kv"][0] == pytest.approx(2.0)
     assert m["dram_ratio_other_to_this"][0] == pytest.approx(3.0)
     assert "l2_read_delta_over_kv" not in ncu.measurements(s, sizes, None)
 

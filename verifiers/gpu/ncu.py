@@ -28,10 +28,12 @@ from pydantic import field_validator
 from kb.registry import Context, Outcome, Requirements, verifier
 from verifiers.gpu.params import AttnParams
 
-# Nsight Compute metric names (Kernel Profiling Guide); the L2 counter is in 32-byte sectors.
+# Nsight Compute metric names (Kernel Profiling Guide). The sector counters count 32-byte sectors: what the
+# SMs read from L2 (every read that leaves the SM, cp.async.cg included), and what global-load instructions
+# requested of L1 (LDG only: the logical loads, whatever the caches then serve).
 METRICS = [
     "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum",
-    "lts__t_sectors_srcunit_tex_op_read.sum",
+    "lts__t_sectors_srcunit_tex_op_read.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
     "launch__occupancy_limit_blocks", "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
     "launch__occupancy_limit_warps", "launch__registers_per_thread", "launch__block_size",
     "launch__shared_mem_per_block_dynamic",
@@ -171,6 +173,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "kernels": len(rows),
         "dram_bytes": read + write, "dram_read_bytes": read, "dram_write_bytes": write,
         "l2_read_bytes": SECTOR_BYTES * sum(r["lts__t_sectors_srcunit_tex_op_read.sum"] or 0 for r in rows),
+        "global_load_bytes": SECTOR_BYTES * sum(r["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"] or 0
+                                                for r in rows),
         "occ_limit_blocks": limits[0], "occ_limit_registers": limits[1],
         "occ_limit_shared_mem": limits[2], "occ_limit_warps": limits[3],
         "occ_ctas_per_sm": min((v for v in limits if v is not None), default=None),
@@ -189,6 +193,7 @@ def measurements(this: dict[str, Any], sizes: dict[str, int], other: dict[str, A
         "dram_read_bytes": (this["dram_read_bytes"], "bytes"),
         "dram_write_bytes": (this["dram_write_bytes"], "bytes"),
         "l2_read_bytes": (this["l2_read_bytes"], "bytes the SMs read from L2"),
+        "global_load_bytes": (this["global_load_bytes"], "bytes global-load instructions requested"),
         "kernels": (this["kernels"], "launches"),
         "occ_limit_blocks": (this["occ_limit_blocks"], "CTAs/SM"),
         "occ_limit_registers": (this["occ_limit_registers"], "CTAs/SM"),
@@ -209,6 +214,8 @@ def measurements(this: dict[str, Any], sizes: dict[str, int], other: dict[str, A
         meas["dram_ratio_other_to_this"] = (other["dram_bytes"] / max(this["dram_bytes"], 1), "x")
         meas["l2_read_delta_over_kv"] = ((other["l2_read_bytes"] - this["l2_read_bytes"]) / sizes["kv"],
                                          "x bytes of K and V (other minus this)")
+        meas["global_load_delta_over_kv"] = ((other["global_load_bytes"] - this["global_load_bytes"]) / sizes["kv"],
+                                             "x bytes of K and V (other minus this)")
     return meas
 
 
