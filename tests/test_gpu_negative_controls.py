@@ -43,7 +43,11 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
     res = _kb(proj, "verify", "--json")
     summary = json.loads(res.stdout)
     kinds = {"neg.gpu.bitwise-repeat", "neg.gpu.profile", "neg.gpu.kernel-run", "neg.gpu.benchmark",
-             "neg.gpu.pinned-profile", "neg.gpu.probe-mma", "neg.gpu.probe-smid"}
+             "neg.gpu.pinned-profile", "neg.gpu.probe-mma", "neg.gpu.probe-smid",
+             # gpu.ncu-metrics, one per kind of expectation: bytes written over O, DRAM over L2 reads,
+             # L2 reads over K/V, an occupancy limit, and the global-load delta between two configurations
+             "neg.gpu.ncu-dram-write", "neg.gpu.ncu-dram-over-l2", "neg.gpu.ncu-l2-over-kv",
+             "neg.gpu.ncu-occupancy", "neg.gpu.ncu-load-delta"}
     assert set(summary["refuted"]) == kinds, (summary["refuted"], summary.get("skips"), res.stderr[-3000:])
     assert summary["errors"] == []
 
@@ -57,5 +61,5 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 7
+    assert len(rows) == 12
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows
