@@ -234,6 +234,9 @@ def errata_page(errata: dict[str, Any], data: SiteData, outline: Outline) -> dic
                              "href": f"{note_href(path)}#{section_id(sec['heading'])}", "github": github, "site": site,
                              "lines": (h.start, h.end) if h and h.start else None,
                              "findings": [finding(f) for f in sec["findings"]]})
+        # In the order of the note (kb errata lists them in the order of the claim files).
+        order = {h.slug: i for i, h in enumerate(outline.notes.get(path, []))}
+        sections.sort(key=lambda s: order.get(s["slug"], len(order)))
         notes.append({"path": path, "href": note_href(path), "sections": sections})
     decks = []
     for deck in errata["decks"]:
