@@ -190,7 +190,9 @@ def _page_of(path: str) -> str:
     stem = Path(path).stem
     if path.startswith("docs/slides/"):
         return f"decks/{stem}.html"
-    return f"notes/{stem}.html" if path.startswith("docs/notes/") else "notes/repo-" + path.removesuffix(".md").replace("/", "-") + ".html"
+    if path.startswith("docs/notes/"):
+        return f"notes/{stem}.html"
+    return "notes/repo-" + path.removesuffix(".md").replace("/", "-") + ".html"
 
 
 def _check_placement(site: Path, claims: list[dict[str, Any]]) -> int:
@@ -414,7 +416,8 @@ def test_reader_pages_in_chromium_with_axe(site: Path, browser: Any) -> None:  #
                 report[f"{kind} @{width}"] = browser.execute_async_script(
                     "const done = arguments[arguments.length - 1];"
                     "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations.map(v => "
-                    "[v.id, v.nodes.length, v.nodes.slice(0, 3).map(n => n.target.join(' '))])), e => done([['error', 0, [String(e)]]]));")
+                    "[v.id, v.nodes.length, v.nodes.slice(0, 3).map(n => n.target.join(' '))])),"
+                    " e => done([['error', 0, [String(e)]]]));")
     finally:
         browser.set_window_size(1280, 1800)
     assert not wide, wide
