@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "verify": {"config", "fsutil", "records", "pinned"},
     "audit": {"config", "records", "pinned", "render"},
     "index": {"config", "records", "pinned", "verify", "audit.state"},
-    "export": {"config", "fsutil", "records", "index"},
+    "export": {"config", "fsutil", "records", "pinned", "index"},
     "maintain": {"config", "fsutil", "render", "records", "pinned", "verify", "index", "audit"},
     "cli": {"config", "fsutil", "render", "records", "pinned", "verify", "index", "audit", "export", "maintain"},
     "__main__": {"cli"},

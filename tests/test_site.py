@@ -93,7 +93,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = load_config(root=proj, db=str(proj / "kb.db"))
     out = proj / "site"
     n = build_site(open_index(cfg).db, cfg, out)
-    assert n == 7 + len(claims)  # dashboard, claims, claims-all, matrix, generations, graph, sources + a page per claim
+    # dashboard, claims, claims-all, matrix, generations, graph, sources; notes index, errata, glossary; the one
+    # note and the one deck the claims anchor (no clone of the notes here: the outline comes from the anchors);
+    # a page per claim
+    assert n == 7 + 3 + 2 + len(claims)
     return out
 
 
@@ -123,7 +126,8 @@ def test_links_resolve_and_nothing_external(site: Path) -> None:
     pages = sorted(site.rglob("*.html"))
     assert (site / ".nojekyll").exists() and (site / "claims.json").exists()
     assert {p.name for p in pages} >= {"index.html", "claims.html", "claims-all.html", "sources.html", "generations.html",
-                                       "matrix.html", "graph.html"}
+                                       "matrix.html", "graph.html", "notes.html", "errata.html", "glossary.html",
+                                       "current-implementation-and-determinism.html", "fa2-forward.html"}
     parsed = {p: _parse(p) for p in pages}
     external = 0
     for page, refs in parsed.items():

@@ -65,6 +65,8 @@ class _Parser(HTMLParser):
             self._title = []
         if tag in _BREAK:
             self._buf.append(" ")
+            if self._title is not None and not self._title_done:
+                self._title.append(" ")  # a <br> inside a title separates its lines (titles are not hashed)
 
     def handle_endtag(self, tag: str) -> None:
         if not self._depth:

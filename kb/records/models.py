@@ -58,6 +58,8 @@ class Source(Strict):
     # notes
     repo: str | None = None
     commit: str | None = None
+    # notes: where the notes publish themselves (https root of notes.html and slides/), for reader links
+    site: str | None = None
     # web
     retrieved: date | None = None
     content_sha256: str | None = None

@@ -110,7 +110,14 @@
       generation: function (a, b) { return a.generation - b.generation || a.n - b.n; }
     };
 
-    function badge(status) { return el("span", "badge st-" + status, status); }
+    // Status words, grades and causes link to their glossary entries, as on the server-rendered pages.
+    function term(cls, text, anchor, title) {
+      var a = el("a", cls, text);
+      a.href = "glossary.html#" + anchor;
+      if (title) a.title = title;
+      return a;
+    }
+    function badge(status) { return term("badge st-" + status, status, "status-" + status); }
 
     function row(it) {
       var c = it.c;
@@ -132,15 +139,11 @@
       st.appendChild(badge(c.status));
       if (c.strength !== "none") {
         st.appendChild(document.createTextNode(" "));
-        var g = el("span", "grade st-" + c.strength, c.strength);
-        g.title = "evidence strength";
-        st.appendChild(g);
+        st.appendChild(term("grade st-" + c.strength, c.strength, "grade-" + c.strength, "evidence grade"));
       }
       if (c.cause) {
         st.appendChild(document.createTextNode(" "));
-        var k = el("span", "cause", c.cause);
-        k.title = "cause of the verdict";
-        st.appendChild(k);
+        st.appendChild(term("cause", c.cause, "cause-" + c.cause, "cause of the verdict"));
       }
       tr.appendChild(st);
       return tr;

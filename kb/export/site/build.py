@@ -3,7 +3,7 @@
 Layout of the output folder (every link relative, so it works from file://
 and from GitHub Pages, and nothing is fetched from another host):
 
-    index.html          dashboard: counts, status by generation and label, hardware summary
+    index.html          dashboard: counts, status by generation and label, hardware summary, the errata count
     claims.html         the claim list: its first page server-rendered; claims.js filters, sorts and pages it
                         from the index below, so 10,000 claims never become 10,000 table rows
     claims-all.html     every claim on one page, no script needed (what claims.html links to without JavaScript)
@@ -13,6 +13,11 @@ and from GitHub Pages, and nothing is fetched from another host):
     matrix.html         claims x hardware class
     generations.html    FA1 -> FA4 (and the other groupings)
     sources.html        every source and its pins
+    notes.html          the notes and decks, with claim counts
+    notes/<note>.html   one page per note: its sections in order, each with its claims (kb.export.site.readers)
+    decks/<deck>.html   one page per deck: its slides in order, each with its claims and a link opening it at #N
+    errata.html         the findings (kb errata's data) by note section and by deck slide
+    glossary.html       what each status word, evidence grade, cause and "rests on" state means
     static/             stylesheet and script
     .nojekyll           GitHub Pages: serve files as they are
 
@@ -40,6 +45,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from markupsafe import Markup
 
 from kb.config import Config
+from kb.export.errata import collect as collect_errata
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
 from kb.export.site import matrix_sel
 from kb.export.site.charts import _scalar as scalar_of
@@ -60,7 +66,17 @@ from kb.export.site.data import (
     load_site,
     pending_hardware,
     run_view,
+    safe_url,
     source_links,
+)
+from kb.export.site.outline import Outline, read_outline
+from kb.export.site.readers import (
+    claim_locations,
+    deck_pages,
+    errata_page,
+    glossary,
+    note_pages,
+    upstream_notice,
 )
 from kb.export.site.svg import Bar, stacked_bars, value_bars
 from kb.fsutil import replaced_dir
@@ -188,13 +204,22 @@ def linked_svg(svg: Markup) -> Markup:
     return Markup(text)
 
 
-def _claim_context(c: dict[str, Any], data: SiteData) -> dict[str, Any]:
+# Relations shown at the top of a claim page, as a correction reads: who replaces it, whom it contradicts.
+CORRECTIONS = ("superseded by", "supersedes", "disagrees with", "disagreed with by")
+
+
+def _claim_context(c: dict[str, Any], data: SiteData, outline: Outline,
+                   published: dict[tuple[str, str], str | None]) -> dict[str, Any]:
+    corrections = [(how, {"id": other, "c": data.by_id.get(other)})
+                   for rel in CORRECTIONS for how, other, _ in c["related"] if how == rel]
     checks = [{**ch, "expect_text": fmt_expect(ch.get("expect", {})),
                "params_text": json.dumps(ch.get("params", {}), sort_keys=True),
                "constants": constants_named(ch.get("params", {}), data.sources)} for ch in c.get("checks", [])]
     scope = [(k, v) for k, v in (c.get("scope") or {}).items() if v]
-    return {"c": c, "anchors": [anchor_view(a, data.sources) for a in c.get("anchors", [])], "checks": checks,
-            "scope": scope, "runs": _dedupe_kernels([run_view(r) for r in c["runs"]]), "filter_href": _filter_href,
+    return {"c": c, "anchors": [anchor_view(a, data.sources, published) for a in c.get("anchors", [])],
+            "checks": checks, "corrections": corrections, "locations": claim_locations(c, data, outline),
+            "upstream": upstream_notice(c, data.sources), "scope": scope,
+            "runs": _dedupe_kernels([run_view(r) for r in c["runs"]]), "filter_href": _filter_href,
             "charts": gpu_charts(c, data.sources)}
 
 
@@ -281,7 +306,9 @@ def _carry_over(old: Path, new: Path) -> None:
         rel = Path(folder).relative_to(old)
         for name in files:
             src, target = Path(folder) / name, new / rel / name
-            if (rel == Path("claims") and name.endswith(".html")) or target.exists() or target.is_symlink():
+            # Claim, note and deck pages not written now belong to a claim, note or deck that is gone.
+            if (str(rel) in ("claims", "notes", "decks") and name.endswith(".html")) or target.exists() \
+                    or target.is_symlink():
                 continue
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -325,25 +352,56 @@ def build_site(db: sqlite_utils.Database, cfg: Config, out: Path, previous: str 
     `out` left as it was).
     """
     data = load_site(db)
+    outline = notes_outline(cfg, data)
     base = site_dir(cfg)
     env = environment(base / "templates")
     with replaced_dir(out) as new:
-        n = _build(db, cfg, data, env, base, _Writer(new, out), changes_since(out, data, previous))
+        n = _build(db, cfg, data, outline, env, base, _Writer(new, out), changes_since(out, data, previous))
         _carry_over(out, new)
     return n
 
 
-def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environment, base: Path, out: _Writer,
-           changes: dict[str, Any] | None) -> int:
+def notes_outline(cfg: Config, data: SiteData) -> Outline:
+    """The headings and slides of the notes source at its pin (kb.export.site.outline), for the reader pages."""
+    src = next((s for s in data.sources.values() if s.get("kind") == "notes"), {})
+    anchors = [a for c in data.claims for a in c.get("anchors", []) if a.get("source") == src.get("id")]
+    return read_outline(cfg, src, anchors)
+
+
+def _reader_pages(db: sqlite_utils.Database, data: SiteData, outline: Outline, env: Environment,
+                  out: _Writer) -> tuple[int, dict[str, Any]]:
+    """The notes index, a page per note and per deck, errata and the glossary; (pages written, errata data)."""
+    src = next((s for s in data.sources.values() if s.get("kind") == "notes"), {})
+    notes, decks = note_pages(data, outline), deck_pages(data, outline)
+    common = {"outline": outline, "commit": src.get("commit", ""), "filter_href": _filter_href}
+    (out.new / "notes").mkdir()
+    (out.new / "decks").mkdir()
+    out.render(env.get_template("notes.html"), "notes.html", root="", page="notes.html", notes=notes, decks=decks,
+               repo=(src.get("repo") or "").removeprefix("https://github.com/"), repo_url=safe_url(src.get("repo")),
+               **common)
+    note_tpl, deck_tpl = env.get_template("note.html"), env.get_template("deck.html")
+    for note in notes:
+        out.render(note_tpl, note["href"], root="../", page="notes.html", note=note, **common)
+    for deck in decks:
+        out.render(deck_tpl, deck["href"], root="../", page="notes.html", deck=deck, **common)
+    errata = errata_page(collect_errata(db), data, outline)
+    out.render(env.get_template("errata.html"), "errata.html", root="", page="errata.html", e=errata, **common)
+    out.render(env.get_template("glossary.html"), "glossary.html", root="", page="glossary.html", groups=glossary())
+    return 3 + len(notes) + len(decks), errata
+
+
+def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, outline: Outline, env: Environment, base: Path,
+           out: _Writer, changes: dict[str, Any] | None) -> int:
     (out.new / "claims").mkdir()
     _copy_static(base / "static", out.new / "static")
     out.write(".nojekyll", "")
     _write_index(data, out)
 
+    n_readers, errata = _reader_pages(db, data, outline, env, out)
     topics = sorted({t for c in data.claims for t in c["topics"]}, key=lambda t: TOPICS.index(t) if t in TOPICS else 999)
     list_ctx = {"total": len(data.claims), "facets": facets(data, topics), "page_size": PAGE_SIZE}
     pages = {
-        "index.html": ("index.html", {**_dashboard_context(data), "changes": changes,
+        "index.html": ("index.html", {**_dashboard_context(data), "changes": changes, "errata": errata,
                                       "revision": corpus_revision(cfg.root)}),
         "claims.html": ("claims.html", {**list_ctx, "claims": data.claims[:PAGE_SIZE], "full": False}),
         "claims-all.html": ("claims.html", {**list_ctx, "claims": data.claims, "full": True}),
@@ -359,6 +417,7 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
     matrix_sel.write(data, env, out)  # kernels.html + kernels.csv (kb/export/site/matrix_sel.py)
 
     claim_tpl = env.get_template("claim.html")
+    published = outline.published()
     keep = set()
     linked = {n for a, b, _ in graph.edges for n in (a, b)}
     for c in data.claims:
@@ -369,5 +428,5 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
             sub = neighbourhood(graph, c["id"], 2)
             hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
                                      highlight=c["id"]))
-        out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data))
-    return len(pages) + len(keep)
+        out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data, outline, published))
+    return len(pages) + len(keep) + n_readers

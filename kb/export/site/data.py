@@ -130,26 +130,62 @@ def _lines_fragment(lines: list[int] | None) -> str:
     return f"#L{lines[0]}-L{lines[1]}" if lines else ""
 
 
-def anchor_view(anchor: dict[str, Any], sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One provenance link: the permalink (or None), its text, and the details around it."""
+def slide_url(src: dict[str, Any], path: str, number: int) -> str | None:
+    """A deck's slide on the notes' published site (`<site>/slides/<deck>.html#N`), or None without a site."""
+    base = safe_url(src.get("site"))
+    if not base or not path.startswith("docs/"):
+        return None
+    return f"{base.rstrip('/')}/{quote(path.removeprefix('docs/'))}#{int(number)}"
+
+
+def note_urls(src: dict[str, Any], path: str, slug: str | None = None,
+              published: str | None = None) -> tuple[str | None, str | None]:
+    """(GitHub at the pinned commit, the notes' published site) links to a note or one of its sections.
+
+    `published` is the note's or the section's id on the published notes.html (kb.export.site.outline);
+    without it (unknown, or not on the published page) there is no site link.
+    """
+    commit = src.get("commit", "")
+    github = None
+    if base := safe_url(src.get("repo")):
+        github = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}" + (f"#{quote(slug, safe='-_')}" if slug else "")
+    site = None
+    if (root := safe_url(src.get("site"))) and published:
+        site = f"{root.rstrip('/')}/notes.html#{quote(published, safe='-_')}"
+    return github, site
+
+
+def anchor_view(anchor: dict[str, Any], sources: dict[str, dict[str, Any]],
+                published: dict[tuple[str, str], str | None] | None = None) -> dict[str, Any]:
+    """One provenance link: the permalink (or None), its text, further links and the details around it.
+
+    `published` maps (note path, heading slug) to the heading's id on the notes' published site.
+    """
     src = sources.get(anchor["source"], {})
     kind = src.get("kind", "?")
     view: dict[str, Any] = {"source": anchor["source"], "title": src.get("title"), "kind": kind,
-                            "url": None, "text": anchor["source"], "details": []}
+                            "url": None, "text": anchor["source"], "details": [], "links": []}
     path = anchor.get("path") or ""
     if kind == "notes" and anchor.get("slide"):
-        # A slide of a deck: the deck's source at the pinned commit (GitHub shows HTML as source) and its position.
-        commit = src.get("commit", "")
+        # A slide of a deck: the deck itself opened at the slide (the decks take #N), and its source at the pin.
+        commit, number = src.get("commit", ""), int(anchor["slide"])
+        view["url"] = slide_url(src, path, number)
         if base := safe_url(src.get("repo")):
-            view["url"] = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}"
-        view["text"] = f"{path} slide {anchor['slide']}"
+            source = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}"
+            if view["url"] is None:
+                view["url"] = source
+            else:
+                view["links"].append(("deck source at the pin", source))
+        view["text"] = f"{path} slide {number}"
         view["details"].append(f"slide deck at commit {commit[:12]}; slide text sha256 {str(anchor.get('sha256'))[:12]}")
     elif kind == "notes":
-        commit, heading = src.get("commit", ""), anchor.get("heading") or ""
-        if base := safe_url(src.get("repo")):
-            view["url"] = f"{base.rstrip('/')}/blob/{commit}/{quote(path)}#{quote(heading, safe='-_')}"
+        heading = anchor.get("heading") or ""
+        github, site = note_urls(src, path, heading, (published or {}).get((path, heading)))
+        view["url"] = github
+        if site:
+            view["links"].append(("on the notes' site", site))
         view["text"] = f"{path} § {heading}"
-        view["details"].append(f"notes at commit {commit[:12]}")
+        view["details"].append(f"notes at commit {src.get('commit', '')[:12]}")
     elif kind == "repo":
         sha, lines = anchor.get("sha") or "", anchor.get("lines")
         if base := safe_url(src.get("url")):
