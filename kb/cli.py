@@ -20,8 +20,8 @@ import click
 from kb.config import Config, load_config
 from kb.index.rests import RESTS
 from kb.index.strength import GRADES
-from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
-from kb.render import echo, emit_json, safe, table
+from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUS_MEANINGS, STATUSES, TOPICS, VERIFIER_KINDS
+from kb.render import echo, emit_json, fitted_table, safe, table, term_width
 
 
 class MachineError(click.ClickException):
@@ -124,7 +124,7 @@ def validate(ctx: click.Context, as_json: bool) -> None:
 _ROW_FIELDS = ("id", "generation", "status", "strength", "statement")
 
 
-def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None) -> None:
+def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None, wide: bool = False) -> None:
     """Render claim rows as a table (stderr: the count), JSON, newline JSON, CSV or TSV."""
     if fmt == "json":
         emit_json(rows)
@@ -144,8 +144,9 @@ def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None) 
         w.writeheader()
         w.writerows(flat)
     else:
-        echo(table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
-                         ["id", "gen", "status", "strength", "statement"]))
+        # Fits the terminal (or COLUMNS): the statement wraps, never cut; --wide or a pipe keeps one line per claim.
+        echo(fitted_table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
+                          ["id", "gen", "status", "strength", "statement"], None if wide else term_width()))
         echo(f"{len(rows)} claim(s)", err=True)
     if total is not None and total > len(rows):
         # A cut listing says so, whatever the format (on stderr, so piped data stays clean).
@@ -174,57 +175,126 @@ def _suggest(value: str, known: list[str]) -> str:
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
+class _Choice(click.Choice):
+    """click.Choice that names the closest values, as --source does, before listing them all (exit 2)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The value in its canonical case; a usage error with suggestions otherwise."""
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            hint = _suggest(str(value).lower(), [str(c).lower() for c in self.choices])
+            self.fail(f"{value!r} is not one of {', '.join(map(str, self.choices))}{hint}", param, ctx)
+
+
 def _choice(values: tuple[str, ...]) -> click.Choice:
-    return click.Choice(values, case_sensitive=False)
+    return _Choice(values, case_sensitive=False)
+
+
+_STATUS_HELP = "; ".join(f"{k}: {v}" for k, v in STATUS_MEANINGS.items())
+# (option, dest, choices or None, metavar, help): every one also has a negation --not-<option>.
+_FILTER_OPTIONS: tuple[tuple[str, str, tuple[str, ...] | None, str, str], ...] = (
+    ("generation", "generation", GENERATIONS, "GEN", "Generation (any case)."),
+    ("topic", "topic", TOPICS, "TOPIC", "Topic."),
+    ("phase", "phase", PHASES, "PHASE", "Phase: forward, backward, both, n/a."),
+    ("label", "label", LABELS, "LABEL", "How the note knows it."),
+    ("status", "status", STATUSES, "STATUS", f"Derived status ({_STATUS_HELP})."),
+    ("source", "source", None, "ID", "Anchored in this source id (`kb sources` lists them)."),
+    ("arch", "arch", None, "ARCH|GPU",
+     "The scope names this architecture: sm_80, sm_90a, or a GPU name or SKU resolved through the hardware "
+     "sheets in sources/ (A100 is sm_80; H100 and H200 sm_90; B200 sm_100). sm_90 and GPU names include sm_90a."),
+    ("strength", "strength", GRADES, "GRADE", "The verdict rests on evidence of this grade."),
+    ("rests-on", "rests_on", RESTS, "STATE", "The depends_on chain rests on a claim in this state (refuted: the blast radius)."),
+)
+
+
+def _claim_filters(f: Any) -> Any:
+    """The filters `kb claims` and `kb search` share: each repeatable (any of its values), each with --not-X."""
+    f = click.option("--waiting-for", "waiting_for", multiple=True, metavar="GPU|ARCH|any",
+                     help="Needs hardware that names this GPU or architecture (needs-hardware claims, and verified "
+                          "ones with a GPU check still pending): --waiting-for A100 lists what an A100 would decide; "
+                          "`any` lists those that need a GPU of any kind.")(f)
+    f = click.option("--not-waiting-for", "not_waiting_for", multiple=True, metavar="GPU|ARCH|any",
+                     help="Leave out claims matching --waiting-for VALUE (repeat for several).")(f)
+    for name, dest, choices, metavar, text in reversed(_FILTER_OPTIONS):
+        kind = _choice(choices) if choices else None
+        f = click.option(f"--not-{name}", f"not_{dest}", multiple=True, type=kind, metavar=metavar,
+                         help=f"Leave out claims matching --{name} VALUE (repeat for several).")(f)
+        decls = [f"--{name}", *(["-g"] if name == "generation" else ["-t"] if name == "topic" else [])]
+        f = click.option(*decls, dest, multiple=True, type=kind, metavar=metavar,
+                         help=f"{text} Repeat for any of several.")(f)
+    return f
+
+
+def _find(ctx: click.Context, kwargs: dict[str, Any], text: str | None = None, quote: bool = False,
+          limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Run the shared filters over the index; unknown sources, GPUs and FTS syntax are exit 2 with a hint."""
+    from kb.index.query import FILTERS, FilterError, find_claims, resolve_archs, source_ids
+
+    db = _index(ctx).db
+    keep = {k: kwargs.pop(k) for k in FILTERS if kwargs.get(k)}
+    drop = {k: kwargs.pop(f"not_{k}") for k in FILTERS if kwargs.get(f"not_{k}")}
+    for k in FILTERS:  # the empty ones
+        kwargs.pop(k, None)
+        kwargs.pop(f"not_{k}", None)
+    known = source_ids(db)
+    for flag, src in [("--source", s) for s in keep.get("source", ())] + [("--not-source", s) for s in drop.get("source", ())]:
+        if src not in known:
+            raise BadInput(f"{flag} {src!r}: no such source{_suggest(src, known)}; `kb sources` lists them")
+    for prefix, given in (("--", keep), ("--not-", drop)):
+        for key in ("arch", "waiting_for"):
+            try:
+                resolve_archs(db, given.get(key))
+            except FilterError as exc:
+                raise BadInput(f"{prefix}{key.replace('_', '-')} {exc}") from None
+    try:
+        rows, total = find_claims(db, keep, drop, text=text, quote=quote, limit=limit)
+    except FilterError as exc:  # the search text
+        raise BadInput(str(exc)) from None
+    if not total:
+        # An empty answer says why a status filter can be empty, rather than leaving a silent zero.
+        for st in keep.get("status", ()):
+            echo(f"no claim is {st} here ({st}: {STATUS_MEANINGS[st]})", err=True)
+    return rows, total
 
 
 @cli.command()
-@click.option("--generation", "-g", multiple=True, type=_choice(GENERATIONS),
-              help="Generation (any case; repeat for several).")
-@click.option("--topic", "-t", multiple=True, type=_choice(TOPICS), help="Topic (repeat for several).")
-@click.option("--phase", multiple=True, type=_choice(PHASES), help="Phase: forward, backward, ... (repeat for several).")
-@click.option("--label", multiple=True, type=_choice(LABELS), help="How the note knows it (repeat for several).")
-@click.option("--status", multiple=True, type=_choice(STATUSES), help="Derived status (repeat for several).")
-@click.option("--source", multiple=True, help="Only claims anchored in this source id (see `kb sources`).")
-@click.option("--arch", multiple=True, help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
-@click.option("--rests-on", multiple=True, type=_choice(RESTS),
-              help="Only claims whose depends_on chain rests on a claim in this state (refuted: the blast radius).")
-@click.option("--strength", multiple=True, type=_choice(GRADES),
-              help="Only claims whose verdict rests on evidence of this grade (measured, derived, cited, restated).")
+@_claim_filters
+@click.option("--limit", type=click.IntRange(1, None), help="At most this many claims (the count of all is on stderr).")
+@click.option("--wide", is_flag=True, help="One line per claim, nothing wrapped (the table otherwise fits the terminal).")
 @_formats
 @click.pass_context
-def claims(ctx: click.Context, **filters: Any) -> None:
-    """List claims; filters combine with AND, repeated values of one filter with OR.
+def claims(ctx: click.Context, limit: int | None, wide: bool, **filters: Any) -> None:
+    """List claims; filters combine with AND, repeated values of one filter with OR, --not-X leaves out.
 
-    Example: kb claims -g fa2 -g fa3 --status refuted --csv
+    Examples: kb claims -g fa2 --arch A100 --not-status verified;
+    kb claims --waiting-for H200 --csv
     """
-    from kb.index.query import list_claims, source_ids
-
     fmt = _fmt(ctx, filters)
-    db = _index(ctx).db
-    known = source_ids(db)
-    for src in filters["source"]:
-        if src not in known:
-            raise BadInput(f"--source {src!r}: no such source{_suggest(src, known)}; `kb sources` lists them")
-    _claim_rows(list_claims(db, **filters), fmt)
+    rows, total = _find(ctx, filters, limit=limit)
+    _claim_rows(rows, fmt, total=total, wide=wide)
 
 
 @cli.command()
 @click.argument("text")
+@_claim_filters
+@click.option("--quote", is_flag=True, help="Search for the words as written (FTS5 operators and quotes read as text).")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000), help="At most this many results.")
+@click.option("--wide", is_flag=True, help="One line per claim, nothing wrapped.")
 @_formats
 @click.pass_context
-def search(ctx: click.Context, text: str, limit: int, **kwargs: Any) -> None:
-    """Full-text search over claim ids, statements and review reasons, best match first.
+def search(ctx: click.Context, text: str, quote: bool, limit: int, wide: bool, **kwargs: Any) -> None:
+    """Full-text search over claim ids, statements and review reasons, best match first; the filters of `kb claims`.
 
-    Example: kb search "dq_accum atomicAdd" --limit 10
+    TEXT is SQLite FTS5 syntax (words, "a phrase", OR, NOT, NEAR(), prefix*), as sqlite-utils search takes it;
+    --quote reads it as plain words.
+
+    Examples: kb search 'dq_accum OR "atomic add"' -g fa2;
+    kb search --quote "fa2.bwd.dq-atomic"
     """
-    from kb.index.query import search as run_search
-    from kb.index.query import search_count
-
     fmt = _fmt(ctx, kwargs)
-    db = _index(ctx).db
-    _claim_rows(run_search(db, text, limit), fmt, total=search_count(db, text))
+    rows, total = _find(ctx, kwargs, text=text, quote=quote, limit=limit)
+    _claim_rows(rows, fmt, total=total, wide=wide)
 
 
 @cli.command()
