@@ -443,12 +443,22 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 @click.option("--timeout", type=float, callback=lambda c, p, v: _positive_seconds(v),
               help="Per-check timeout in seconds, > 0 (default: each verifier's own).")
 @click.option("--online", is_flag=True, help="Fetch cited files of GitHub-hosted sources that have no local clone.")
+@click.option("--fail-on", "fail_on", type=_choice(("new", "refuted", "never")), default="new", show_default=True,
+              help="When a finding is exit 1. new: a selected claim's verdict is worse than the baseline's (refuted "
+                   "where it was not, or no longer verified where it was); refuted: any selected check refutes, "
+                   "the corpus's known findings included; never: findings are exit 0. Exit 2, 3 and 130 stand.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The verdicts --fail-on new compares with (default: the project's STATUS.json, which "
+                   "`kb export status` writes; without one, every refuted claim is new).")
 @click.option("--json", "as_json", is_flag=True, help="The run summary as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...],
            kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
-           online: bool, as_json: bool) -> None:
+           online: bool, fail_on: str, baseline_path: Path | None, as_json: bool) -> None:
     """Run the checks this machine can run; record evidence; print a summary.
+
+    Exit 1 on a finding as --fail-on says: by default a verdict worse than the committed STATUS.json, so
+    the refutations the corpus publishes on purpose do not fail `kb verify && ...`.
 
     Example: `kb verify -g fa2 --kind pinned-code --plan`
     """
@@ -460,8 +470,19 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
     if online:
         os.environ["KB_ONLINE"] = "1"  # read by the plan and inherited by the workers
 
+    from kb.export import baseline
+
+    cfg = _cfg(ctx)
+    base_file = baseline_path or cfg.root / baseline.NAME
+    try:  # read before the run: a broken baseline is bad input, found before minutes of checks
+        base = baseline.read(base_file) if fail_on == "new" and not plan_only else None
+    except baseline.BaselineError as exc:
+        raise BadInput(str(exc)) from None
+    if baseline_path is not None and fail_on == "new" and base is None and not plan_only:
+        raise BadInput(f"--baseline {baseline_path}: no such file (`kb export status` writes STATUS.json)")
+    idx = _index(ctx)
     try:
-        result = run_verify(_cfg(ctx), _index(ctx), claim_ids, generations, topics, set(kinds) or None, plan_only,
+        result = run_verify(cfg, idx, claim_ids, generations, topics, set(kinds) or None, plan_only,
                             force, jobs, timeout, progress=_progress)
     except UnknownClaim as exc:
         raise BadInput(str(exc)) from None
@@ -469,7 +490,35 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
         _render_plan(result.plan, as_json)
         ctx.exit(0)
     _render_verify(result, as_json)
-    ctx.exit(result.exit_code)
+    ctx.exit(_verify_exit(result, idx, fail_on, base, base_file, claim_ids, generations, topics))
+
+
+def _verify_exit(result: Any, idx: Any, fail_on: str, base: dict[str, str] | None, base_file: Path,
+                 claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...]) -> int:
+    """kb verify's exit status: 130/143 interrupted and 3 harness errors always; a finding as --fail-on says."""
+    from kb.export import baseline
+    from kb.verify.session import select_claims
+
+    code = result.exit_code  # 1: some selected check refutes (run here or reused)
+    if code not in (0, 1):  # a fault that no --fail-on hides
+        return code
+    if fail_on == "never":
+        return 0
+    if fail_on == "refuted":
+        return code
+    # new: a verdict can get worse with no check refuting (verified -> inconclusive), so always compare.
+    if base is None:
+        echo(f"kb: no baseline at {base_file} (`kb export status` writes it): every refuted claim counts as new",
+             err=True)
+        base = {}
+    selected = select_claims(idx.corpus(), claim_ids, generations, topics)
+    worse = baseline.regressions(base, baseline.current(idx.db), selected)
+    for r in worse:
+        echo(f"worse than {base_file.name}: {r}", err=True)
+    if not worse and code:
+        echo(f"no verdict worse than {base_file.name}: the refutations found are already on record "
+             "(--fail-on refuted fails on them)", err=True)
+    return 1 if worse else 0
 
 
 @sources.command("fetch")
@@ -616,29 +665,34 @@ def export() -> None:
 
 
 @export.command("status")
-@click.option("--check", is_flag=True, help="Exit 1 if the committed file differs from a fresh export.")
+@click.option("--check", is_flag=True, help="Exit 1 if the committed file (or its STATUS.json) differs from a fresh export.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file (default STATUS.md in the project).")
+              help="Write to this file (default STATUS.md in the project, with STATUS.json beside it).")
 @click.pass_context
 def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
-    """Write STATUS.md from the knowledge base.
+    """Write STATUS.md from the knowledge base, and the project's STATUS.json (the baseline of `kb verify --fail-on new`).
 
     Example: `kb export status --check`
     """
+    from kb.export import baseline
     from kb.export.status_md import render_status
 
     cfg = _cfg(ctx)
-    text = render_status(_index(ctx).db)
+    db = _index(ctx).db
     out = output or cfg.root / "STATUS.md"
+    # The project's own STATUS.md carries its machine-readable twin; an export elsewhere (-o) is the Markdown only.
+    files = [(out, render_status(db))] + ([] if output else [(cfg.root / baseline.NAME, baseline.render(db))])
     if check:
-        current = out.read_text() if out.exists() else ""
-        if current != text:
-            echo(f"{out} is out of date: run `kb export status`", err=True)
+        stale = [p for p, text in files if (p.read_text() if p.exists() else "") != text]
+        for p in stale:
+            echo(f"{p} is out of date: run `kb export status`", err=True)
+        if stale:
             ctx.exit(1)
-        echo(f"{out} is up to date", err=True)
+        echo(" and ".join(str(p) for p, _ in files) + " up to date", err=True)
         return
-    _write_text(out, text)
-    echo(f"wrote {out}", err=True)
+    for p, text in files:
+        _write_text(p, text)
+        echo(f"wrote {p}", err=True)
 
 
 @export.command("site")
