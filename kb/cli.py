@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from kb import __version__
 from kb.config import Config, load_config
 from kb.index.rests import RESTS
 from kb.index.strength import GRADES
@@ -49,7 +50,11 @@ class BadInput(click.ClickException):
 
 
 def _cfg(ctx: click.Context) -> Config:
-    return ctx.obj["cfg"]
+    """The project's configuration; exit 2 with what to do when there is no corpus (kb.config.NoCorpus)."""
+    obj = ctx.find_root().obj
+    if obj.get("cfg") is None:
+        raise BadInput(obj["no_corpus"])
+    return obj["cfg"]
 
 
 def _index(ctx: click.Context, force: bool = False):
@@ -81,16 +86,56 @@ def _index(ctx: click.Context, force: bool = False):
 @click.option("--db", envvar="KB_DB", help="SQLite index path (default .kb/kb.db in the project).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), envvar="KB_ROOT",
               help="Project root holding claims/ and sources/.")
-@click.version_option(package_name="kb")
+# The version of the code running (kb.__version__, also the distribution's: pyproject reads it), so a
+# checkout run without installing answers too.
+@click.version_option(version=__version__, prog_name="kb (flashattention-kb)")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
     """kb: a verified knowledge base of FlashAttention claims."""
-    from kb.config import ConfigError
+    from kb.config import CORPUS_PARTS, NO_CORPUS, ConfigError, NoCorpus
 
+    if root is not None and not any((root / part).is_dir() for part in CORPUS_PARTS):
+        # Named explicitly but not a corpus: the same guidance, said before anything is written there.
+        ctx.obj = {"cfg": None, "no_corpus": NO_CORPUS.format(where=root)}
+        return
     try:
         ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
+    except NoCorpus as exc:
+        # Only the commands that need a corpus fail (exit 2, through _cfg); `kb init` and --help do not.
+        ctx.obj = {"cfg": None, "no_corpus": str(exc)}
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def init(directory: Path) -> None:
+    """Make a corpus to work in: copy the one that comes with kb (claims, sources, evidence, verifiers, site) into DIRECTORY.
+
+    An installed kb carries the corpus it was built from; run from a source checkout, kb copies the checkout's.
+    DIRECTORY must be new or empty. Then `cd DIRECTORY` (or set KB_ROOT) and every command reads it.
+
+    Example: kb init ~/fa-kb && cd ~/fa-kb && kb claims -g fa2 --arch A100
+    """
+    from kb.config import copy_corpus, packaged_corpus
+    from kb.fsutil import OutputError, replaced_dir
+
+    source = packaged_corpus()
+    if source is None:
+        raise BadInput("this kb carries no corpus (an install built without it): clone the project's repository "
+                       "and run kb inside it, or point --root / KB_ROOT at a corpus")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise BadInput(f"{directory} exists and is not an empty folder: name a new one (kb init never overwrites)")
+    if blocker := next((p for p in directory.absolute().parents if p.exists() and not p.is_dir()), None):
+        raise BadInput(f"cannot make {directory}: {blocker} is a file, not a folder")
+    try:
+        with replaced_dir(directory) as building:  # whole or not at all: a failed copy leaves nothing half made
+            names = copy_corpus(source, building)
+    except OutputError as exc:
+        raise MachineError(str(exc)) from None
+    claims_n = sum(1 for _ in (directory / "claims").glob("*.yaml"))
+    echo(f"made a corpus in {directory}: {', '.join(names)} ({claims_n} claim files, from {source})", err=True)
+    echo(f"next: cd {directory} && kb claims   (or: export KB_ROOT={directory.absolute()})", err=True)
 
 
 @cli.command()
