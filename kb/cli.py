@@ -263,10 +263,11 @@ def _claim_filters(f: Any) -> Any:
                      help="Leave out claims matching --waiting-for VALUE (repeat for several).")(f)
     for name, dest, choices, metavar, text in reversed(_FILTER_OPTIONS):
         kind = _choice(choices) if choices else None
+        shown = None if choices else metavar  # a choice lists its values, as click shows them
         f = click.option(f"--not-{name}", f"not_{dest}", multiple=True, type=kind, metavar=metavar,
                          help=f"Leave out claims matching --{name} VALUE (repeat for several).")(f)
         decls = [f"--{name}", *(["-g"] if name == "generation" else ["-t"] if name == "topic" else [])]
-        f = click.option(*decls, dest, multiple=True, type=kind, metavar=metavar,
+        f = click.option(*decls, dest, multiple=True, type=kind, metavar=shown,
                          help=f"{text} Repeat for any of several.")(f)
     return f
 
