@@ -299,8 +299,10 @@ def _find(ctx: click.Context, kwargs: dict[str, Any], text: str | None = None, q
         raise BadInput(str(exc)) from None
     if not total:
         # An empty answer says why a status filter can be empty, rather than leaving a silent zero.
+        alone = set(keep) == {"status"} and not drop and text is None
         for st in keep.get("status", ()):
-            echo(f"no claim is {st} here ({st}: {STATUS_MEANINGS[st]})", err=True)
+            what = f"no claim is {st} here" if alone else f"no {st} claim matches the other filters"
+            echo(f"{what} ({st}: {STATUS_MEANINGS[st]})", err=True)
     return rows, total
 
 
