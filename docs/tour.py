@@ -32,7 +32,9 @@ TOUR: list[tuple[str, int, bool]] = [
 
 def run(command: str) -> str:
     """Run one tour command in the repository, `kb` being this interpreter's kb; the README's cut of its output."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "150"}
+    # Piped, as here, a claim table is one line per claim; COLUMNS would wrap it (kb.render.fitted_table),
+    # so the tour leaves it out and cuts the lines to WIDTH itself.
+    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "PYTHONPATH": str(ROOT)}
     shell = f'kb() {{ "{sys.executable}" -m kb "$@"; }}; {command}'
     out = subprocess.run(["bash", "-c", shell], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600).stdout
     return out

@@ -17,11 +17,12 @@ from typing import Any
 
 import click
 
+from kb import __version__
 from kb.config import Config, load_config
 from kb.index.rests import RESTS
 from kb.index.strength import GRADES
-from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS, VERIFIER_KINDS
-from kb.render import echo, emit_json, safe, table
+from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUS_MEANINGS, STATUSES, TOPICS, VERIFIER_KINDS
+from kb.render import echo, emit_json, fitted_table, safe, table, term_width
 
 
 class MachineError(click.ClickException):
@@ -49,7 +50,11 @@ class BadInput(click.ClickException):
 
 
 def _cfg(ctx: click.Context) -> Config:
-    return ctx.obj["cfg"]
+    """The project's configuration; exit 2 with what to do when there is no corpus (kb.config.NoCorpus)."""
+    obj = ctx.find_root().obj
+    if obj.get("cfg") is None:
+        raise BadInput(obj["no_corpus"])
+    return obj["cfg"]
 
 
 def _index(ctx: click.Context, force: bool = False):
@@ -81,16 +86,56 @@ def _index(ctx: click.Context, force: bool = False):
 @click.option("--db", envvar="KB_DB", help="SQLite index path (default .kb/kb.db in the project).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), envvar="KB_ROOT",
               help="Project root holding claims/ and sources/.")
-@click.version_option(package_name="kb")
+# The version of the code running (kb.__version__, also the distribution's: pyproject reads it), so a
+# checkout run without installing answers too.
+@click.version_option(version=__version__, prog_name="kb (flashattention-kb)")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, root: Path | None) -> None:
     """kb: a verified knowledge base of FlashAttention claims."""
-    from kb.config import ConfigError
+    from kb.config import CORPUS_PARTS, NO_CORPUS, ConfigError, NoCorpus
 
+    if root is not None and not any((root / part).is_dir() for part in CORPUS_PARTS):
+        # Named explicitly but not a corpus: the same guidance, said before anything is written there.
+        ctx.obj = {"cfg": None, "no_corpus": NO_CORPUS.format(where=root)}
+        return
     try:
         ctx.obj = {"cfg": load_config(root.resolve() if root else None, db)}
+    except NoCorpus as exc:
+        # Only the commands that need a corpus fail (exit 2, through _cfg); `kb init` and --help do not.
+        ctx.obj = {"cfg": None, "no_corpus": str(exc)}
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def init(directory: Path) -> None:
+    """Make a corpus to work in: copy the one that comes with kb (claims, sources, evidence, verifiers, site) into DIRECTORY.
+
+    An installed kb carries the corpus it was built from; run from a source checkout, kb copies the checkout's.
+    DIRECTORY must be new or empty. Then `cd DIRECTORY` (or set KB_ROOT) and every command reads it.
+
+    Example: kb init ~/fa-kb && cd ~/fa-kb && kb claims -g fa2 --arch A100
+    """
+    from kb.config import copy_corpus, packaged_corpus
+    from kb.fsutil import OutputError, replaced_dir
+
+    source = packaged_corpus()
+    if source is None:
+        raise BadInput("this kb carries no corpus (an install built without it): clone the project's repository "
+                       "and run kb inside it, or point --root / KB_ROOT at a corpus")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise BadInput(f"{directory} exists and is not an empty folder: name a new one (kb init never overwrites)")
+    if blocker := next((p for p in directory.absolute().parents if p.exists() and not p.is_dir()), None):
+        raise BadInput(f"cannot make {directory}: {blocker} is a file, not a folder")
+    try:
+        with replaced_dir(directory) as building:  # whole or not at all: a failed copy leaves nothing half made
+            names = copy_corpus(source, building)
+    except OutputError as exc:
+        raise MachineError(str(exc)) from None
+    claims_n = sum(1 for _ in (directory / "claims").glob("*.yaml"))
+    echo(f"made a corpus in {directory}: {', '.join(names)} ({claims_n} claim files, from {source})", err=True)
+    echo(f"next: cd {directory} && kb claims   (or: export KB_ROOT={directory.absolute()})", err=True)
 
 
 @cli.command()
@@ -124,7 +169,7 @@ def validate(ctx: click.Context, as_json: bool) -> None:
 _ROW_FIELDS = ("id", "generation", "status", "strength", "statement")
 
 
-def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None) -> None:
+def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None, wide: bool = False) -> None:
     """Render claim rows as a table (stderr: the count), JSON, newline JSON, CSV or TSV."""
     if fmt == "json":
         emit_json(rows)
@@ -144,8 +189,9 @@ def _claim_rows(rows: list[dict[str, Any]], fmt: str, total: int | None = None) 
         w.writeheader()
         w.writerows(flat)
     else:
-        echo(table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
-                         ["id", "gen", "status", "strength", "statement"]))
+        # Fits the terminal (or COLUMNS): the statement wraps, never cut; --wide or a pipe keeps one line per claim.
+        echo(fitted_table([(r["id"], r["generation"], r["status"], r["strength"] or "", r["statement"]) for r in rows],
+                          ["id", "gen", "status", "strength", "statement"], None if wide else term_width()))
         echo(f"{len(rows)} claim(s)", err=True)
     if total is not None and total > len(rows):
         # A cut listing says so, whatever the format (on stderr, so piped data stays clean).
@@ -174,57 +220,129 @@ def _suggest(value: str, known: list[str]) -> str:
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
+class _Choice(click.Choice):
+    """click.Choice that names the closest values, as --source does, before listing them all (exit 2)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The value in its canonical case; a usage error with suggestions otherwise."""
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            hint = _suggest(str(value).lower(), [str(c).lower() for c in self.choices])
+            self.fail(f"{value!r} is not one of {', '.join(map(str, self.choices))}{hint}", param, ctx)
+
+
 def _choice(values: tuple[str, ...]) -> click.Choice:
-    return click.Choice(values, case_sensitive=False)
+    return _Choice(values, case_sensitive=False)
+
+
+_STATUS_HELP = "; ".join(f"{k}: {v}" for k, v in STATUS_MEANINGS.items())
+# (option, dest, choices or None, metavar, help): every one also has a negation --not-<option>.
+_FILTER_OPTIONS: tuple[tuple[str, str, tuple[str, ...] | None, str, str], ...] = (
+    ("generation", "generation", GENERATIONS, "GEN", "Generation (any case)."),
+    ("topic", "topic", TOPICS, "TOPIC", "Topic."),
+    ("phase", "phase", PHASES, "PHASE", "Phase: forward, backward, both, n/a."),
+    ("label", "label", LABELS, "LABEL", "How the note knows it."),
+    ("status", "status", STATUSES, "STATUS", f"Derived status ({_STATUS_HELP})."),
+    ("source", "source", None, "ID", "Anchored in this source id (`kb sources` lists them)."),
+    ("arch", "arch", None, "ARCH|GPU",
+     "The scope names this architecture: sm_80, sm_90a, or a GPU name or SKU resolved through the hardware "
+     "sheets in sources/ (A100 is sm_80; H100 and H200 sm_90; B200 sm_100). sm_90 and GPU names include sm_90a."),
+    ("strength", "strength", GRADES, "GRADE", "The verdict rests on evidence of this grade."),
+    ("rests-on", "rests_on", RESTS, "STATE", "The depends_on chain rests on a claim in this state (refuted: the blast radius)."),
+)
+
+
+def _claim_filters(f: Any) -> Any:
+    """The filters `kb claims` and `kb search` share: each repeatable (any of its values), each with --not-X."""
+    f = click.option("--waiting-for", "waiting_for", multiple=True, metavar="GPU|ARCH|any",
+                     help="Needs hardware that names this GPU or architecture (needs-hardware claims, and verified "
+                          "ones with a GPU check still pending): --waiting-for A100 lists what an A100 would decide; "
+                          "`any` lists those that need a GPU of any kind.")(f)
+    f = click.option("--not-waiting-for", "not_waiting_for", multiple=True, metavar="GPU|ARCH|any",
+                     help="Leave out claims matching --waiting-for VALUE (repeat for several).")(f)
+    for name, dest, choices, metavar, text in reversed(_FILTER_OPTIONS):
+        kind = _choice(choices) if choices else None
+        shown = None if choices else metavar  # a choice lists its values, as click shows them
+        f = click.option(f"--not-{name}", f"not_{dest}", multiple=True, type=kind, metavar=metavar,
+                         help=f"Leave out claims matching --{name} VALUE (repeat for several).")(f)
+        decls = [f"--{name}", *(["-g"] if name == "generation" else ["-t"] if name == "topic" else [])]
+        f = click.option(*decls, dest, multiple=True, type=kind, metavar=shown,
+                         help=f"{text} Repeat for any of several.")(f)
+    return f
+
+
+def _find(ctx: click.Context, kwargs: dict[str, Any], text: str | None = None, quote: bool = False,
+          limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Run the shared filters over the index; unknown sources, GPUs and FTS syntax are exit 2 with a hint."""
+    from kb.index.query import FILTERS, FilterError, find_claims, resolve_archs, source_ids
+
+    db = _index(ctx).db
+    keep = {k: kwargs.pop(k) for k in FILTERS if kwargs.get(k)}
+    drop = {k: kwargs.pop(f"not_{k}") for k in FILTERS if kwargs.get(f"not_{k}")}
+    for k in FILTERS:  # the empty ones
+        kwargs.pop(k, None)
+        kwargs.pop(f"not_{k}", None)
+    known = source_ids(db)
+    for flag, src in [("--source", s) for s in keep.get("source", ())] + [("--not-source", s) for s in drop.get("source", ())]:
+        if src not in known:
+            raise BadInput(f"{flag} {src!r}: no such source{_suggest(src, known)}; `kb sources` lists them")
+    for prefix, given in (("--", keep), ("--not-", drop)):
+        for key in ("arch", "waiting_for"):
+            try:
+                resolve_archs(db, given.get(key))
+            except FilterError as exc:
+                raise BadInput(f"{prefix}{key.replace('_', '-')} {exc}") from None
+    try:
+        rows, total = find_claims(db, keep, drop, text=text, quote=quote, limit=limit)
+    except FilterError as exc:  # the search text
+        raise BadInput(str(exc)) from None
+    if not total:
+        # An empty answer says why a status filter can be empty, rather than leaving a silent zero.
+        alone = set(keep) == {"status"} and not drop and text is None
+        for st in keep.get("status", ()):
+            what = f"no claim is {st} here" if alone else f"no {st} claim matches the other filters"
+            echo(f"{what} ({st}: {STATUS_MEANINGS[st]})", err=True)
+    return rows, total
 
 
 @cli.command()
-@click.option("--generation", "-g", multiple=True, type=_choice(GENERATIONS),
-              help="Generation (any case; repeat for several).")
-@click.option("--topic", "-t", multiple=True, type=_choice(TOPICS), help="Topic (repeat for several).")
-@click.option("--phase", multiple=True, type=_choice(PHASES), help="Phase: forward, backward, ... (repeat for several).")
-@click.option("--label", multiple=True, type=_choice(LABELS), help="How the note knows it (repeat for several).")
-@click.option("--status", multiple=True, type=_choice(STATUSES), help="Derived status (repeat for several).")
-@click.option("--source", multiple=True, help="Only claims anchored in this source id (see `kb sources`).")
-@click.option("--arch", multiple=True, help="Only claims whose scope names this architecture (e.g. sm_90, H200).")
-@click.option("--rests-on", multiple=True, type=_choice(RESTS),
-              help="Only claims whose depends_on chain rests on a claim in this state (refuted: the blast radius).")
-@click.option("--strength", multiple=True, type=_choice(GRADES),
-              help="Only claims whose verdict rests on evidence of this grade (measured, derived, cited, restated).")
+@_claim_filters
+@click.option("--limit", type=click.IntRange(1, None), help="At most this many claims (the count of all is on stderr).")
+@click.option("--wide", is_flag=True, help="One line per claim, nothing wrapped (the table otherwise fits the terminal).")
 @_formats
 @click.pass_context
-def claims(ctx: click.Context, **filters: Any) -> None:
-    """List claims; filters combine with AND, repeated values of one filter with OR.
+def claims(ctx: click.Context, limit: int | None, wide: bool, **filters: Any) -> None:
+    """List claims; filters combine with AND, repeated values of one filter with OR, --not-X leaves out.
 
-    Example: kb claims -g fa2 -g fa3 --status refuted --csv
+    Examples: kb claims -g fa2 --arch A100 --not-status verified;
+    kb claims --waiting-for H200 --csv
     """
-    from kb.index.query import list_claims, source_ids
-
     fmt = _fmt(ctx, filters)
-    db = _index(ctx).db
-    known = source_ids(db)
-    for src in filters["source"]:
-        if src not in known:
-            raise BadInput(f"--source {src!r}: no such source{_suggest(src, known)}; `kb sources` lists them")
-    _claim_rows(list_claims(db, **filters), fmt)
+    rows, total = _find(ctx, filters, limit=limit)
+    _claim_rows(rows, fmt, total=total, wide=wide)
 
 
 @cli.command()
 @click.argument("text")
+@_claim_filters
+@click.option("--quote", is_flag=True, help="Search for the words as written (FTS5 operators and quotes read as text).")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000), help="At most this many results.")
+@click.option("--wide", is_flag=True, help="One line per claim, nothing wrapped.")
 @_formats
 @click.pass_context
-def search(ctx: click.Context, text: str, limit: int, **kwargs: Any) -> None:
-    """Full-text search over claim ids, statements and review reasons, best match first.
+def search(ctx: click.Context, text: str, quote: bool, limit: int, wide: bool, **kwargs: Any) -> None:
+    """Full-text search over claim ids, statements and review reasons, best match first; the filters of `kb claims`.
 
-    Example: kb search "dq_accum atomicAdd" --limit 10
+    TEXT is SQLite FTS5 syntax (words, "a phrase", OR, NOT, NEAR(), prefix*), as sqlite-utils search takes it;
+    --quote reads it as plain words.
+
+    Examples: kb search 'dq_accum OR "atomic add"' -g fa2;
+    kb search --quote "fa2.bwd.dq-atomic"
     """
-    from kb.index.query import search as run_search
-    from kb.index.query import search_count
-
     fmt = _fmt(ctx, kwargs)
-    db = _index(ctx).db
-    _claim_rows(run_search(db, text, limit), fmt, total=search_count(db, text))
+    rows, total = _find(ctx, kwargs, text=text, quote=quote, limit=limit)
+    _claim_rows(rows, fmt, total=total, wide=wide)
 
 
 @cli.command()
@@ -373,12 +491,22 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 @click.option("--timeout", type=float, callback=lambda c, p, v: _positive_seconds(v),
               help="Per-check timeout in seconds, > 0 (default: each verifier's own).")
 @click.option("--online", is_flag=True, help="Fetch cited files of GitHub-hosted sources that have no local clone.")
+@click.option("--fail-on", "fail_on", type=_choice(("new", "refuted", "never")), default="new", show_default=True,
+              help="When a finding is exit 1. new: a selected claim's verdict is worse than the baseline's (refuted "
+                   "where it was not, or no longer verified where it was); refuted: any selected check refutes, "
+                   "the corpus's known findings included; never: findings are exit 0. Exit 2, 3 and 130 stand.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The verdicts --fail-on new compares with (default: the project's STATUS.json, which "
+                   "`kb export status` writes; without one, every refuted claim is new).")
 @click.option("--json", "as_json", is_flag=True, help="The run summary as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...],
            kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
-           online: bool, as_json: bool) -> None:
+           online: bool, fail_on: str, baseline_path: Path | None, as_json: bool) -> None:
     """Run the checks this machine can run; record evidence; print a summary.
+
+    Exit 1 on a finding as --fail-on says: by default a verdict worse than the committed STATUS.json, so
+    the refutations the corpus publishes on purpose do not fail `kb verify && ...`.
 
     Example: `kb verify -g fa2 --kind pinned-code --plan`
     """
@@ -390,8 +518,19 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
     if online:
         os.environ["KB_ONLINE"] = "1"  # read by the plan and inherited by the workers
 
+    from kb.export import baseline
+
+    cfg = _cfg(ctx)
+    base_file = baseline_path or cfg.root / baseline.NAME
+    try:  # read before the run: a broken baseline is bad input, found before minutes of checks
+        base = baseline.read(base_file) if fail_on == "new" and not plan_only else None
+    except baseline.BaselineError as exc:
+        raise BadInput(str(exc)) from None
+    if baseline_path is not None and fail_on == "new" and base is None and not plan_only:
+        raise BadInput(f"--baseline {baseline_path}: no such file (`kb export status` writes STATUS.json)")
+    idx = _index(ctx)
     try:
-        result = run_verify(_cfg(ctx), _index(ctx), claim_ids, generations, topics, set(kinds) or None, plan_only,
+        result = run_verify(cfg, idx, claim_ids, generations, topics, set(kinds) or None, plan_only,
                             force, jobs, timeout, progress=_progress)
     except UnknownClaim as exc:
         raise BadInput(str(exc)) from None
@@ -399,7 +538,35 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
         _render_plan(result.plan, as_json)
         ctx.exit(0)
     _render_verify(result, as_json)
-    ctx.exit(result.exit_code)
+    ctx.exit(_verify_exit(result, idx, fail_on, base, base_file, claim_ids, generations, topics))
+
+
+def _verify_exit(result: Any, idx: Any, fail_on: str, base: dict[str, str] | None, base_file: Path,
+                 claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...]) -> int:
+    """kb verify's exit status: 130/143 interrupted and 3 harness errors always; a finding as --fail-on says."""
+    from kb.export import baseline
+    from kb.verify.session import select_claims
+
+    code = result.exit_code  # 1: some selected check refutes (run here or reused)
+    if code not in (0, 1):  # a fault that no --fail-on hides
+        return code
+    if fail_on == "never":
+        return 0
+    if fail_on == "refuted":
+        return code
+    # new: a verdict can get worse with no check refuting (verified -> inconclusive), so always compare.
+    if base is None:
+        echo(f"kb: no baseline at {base_file} (`kb export status` writes it): every refuted claim counts as new",
+             err=True)
+        base = {}
+    selected = select_claims(idx.corpus(), claim_ids, generations, topics)
+    worse = baseline.regressions(base, baseline.current(idx.db), selected)
+    for r in worse:
+        echo(f"worse than {base_file.name}: {r}", err=True)
+    if not worse and code:
+        echo(f"no verdict worse than {base_file.name}: the refutations found are already on record "
+             "(--fail-on refuted fails on them)", err=True)
+    return 1 if worse else 0
 
 
 @sources.command("fetch")
@@ -546,29 +713,34 @@ def export() -> None:
 
 
 @export.command("status")
-@click.option("--check", is_flag=True, help="Exit 1 if the committed file differs from a fresh export.")
+@click.option("--check", is_flag=True, help="Exit 1 if the committed file (or its STATUS.json) differs from a fresh export.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file (default STATUS.md in the project).")
+              help="Write to this file (default STATUS.md in the project, with STATUS.json beside it).")
 @click.pass_context
 def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
-    """Write STATUS.md from the knowledge base.
+    """Write STATUS.md from the knowledge base, and the project's STATUS.json (the baseline of `kb verify --fail-on new`).
 
     Example: `kb export status --check`
     """
+    from kb.export import baseline
     from kb.export.status_md import render_status
 
     cfg = _cfg(ctx)
-    text = render_status(_index(ctx).db)
+    db = _index(ctx).db
     out = output or cfg.root / "STATUS.md"
+    # The project's own STATUS.md carries its machine-readable twin; an export elsewhere (-o) is the Markdown only.
+    files = [(out, render_status(db))] + ([] if output else [(cfg.root / baseline.NAME, baseline.render(db))])
     if check:
-        current = out.read_text() if out.exists() else ""
-        if current != text:
-            echo(f"{out} is out of date: run `kb export status`", err=True)
+        stale = [p for p, text in files if (p.read_text() if p.exists() else "") != text]
+        for p in stale:
+            echo(f"{p} is out of date: run `kb export status`", err=True)
+        if stale:
             ctx.exit(1)
-        echo(f"{out} is up to date", err=True)
+        echo(" and ".join(str(p) for p, _ in files) + " up to date", err=True)
         return
-    _write_text(out, text)
-    echo(f"wrote {out}", err=True)
+    for p, text in files:
+        _write_text(p, text)
+        echo(f"wrote {p}", err=True)
 
 
 @export.command("site")

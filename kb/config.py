@@ -39,20 +39,53 @@ class Config:
         return None
 
 
+CORPUS_PARTS = ("claims", "sources")
+# What `kb init` copies, and what a built wheel carries under kb/_corpus (setup.py): the corpus and what
+# reading, checking and publishing it needs. tests/ and bench/ are the project's, not the corpus's.
+CORPUS_TREE = ("claims", "sources", "evidence", "verifiers", "site", "docs")
+CORPUS_FILES = ("STATUS.md", "STATUS.json", "PROVENANCE.md", "README.md", "LICENSE", "LICENSE-CORPUS.md")
+
+
+def _is_corpus(path: Path) -> bool:
+    return all((path / part).is_dir() for part in CORPUS_PARTS)
+
+
+def packaged_corpus() -> Path | None:
+    """The corpus that came with this kb: kb/_corpus in a wheel, else the source checkout kb runs from."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "_corpus", here.parent):
+        if _is_corpus(cand):
+            return cand
+    return None
+
+
+class ConfigError(ValueError):
+    """kb.local.toml cannot be used; the message names the file, line and field."""
+
+
+class NoCorpus(ConfigError):
+    """No project root: not inside a corpus, and no --root / KB_ROOT; the message says what to do."""
+
+
+NO_CORPUS = ("no kb corpus here: {where} has no claims/ and sources/ folder (nor has any folder above it). "
+             "Run kb inside a corpus, point --root or KB_ROOT at one, or make one with `kb init DIR` "
+             "(copies the corpus that comes with kb), then `cd DIR`")
+
+
 def find_root(start: Path | None = None) -> Path:
-    """The project root: $KB_ROOT, else the nearest folder above with claims/ and sources/."""
+    """The project root: $KB_ROOT, else the nearest folder above `start` (the current folder) with claims/ and sources/.
+
+    Raises NoCorpus with guidance when there is none: kb never falls back to its own install folder, so
+    no command writes an index or an export into site-packages.
+    """
     env = os.environ.get("KB_ROOT")
     if env:
         return Path(env).resolve()
     here = (start or Path.cwd()).resolve()
     for cand in (here, *here.parents):
-        if (cand / "claims").is_dir() and (cand / "sources").is_dir():
+        if _is_corpus(cand):
             return cand
-    return Path(__file__).resolve().parent.parent
-
-
-class ConfigError(ValueError):
-    """kb.local.toml cannot be used; the message names the file, line and field."""
+    raise NoCorpus(NO_CORPUS.format(where=here))
 
 
 def _line(text: str, pattern: str) -> int:
@@ -113,3 +146,28 @@ def load_config(root: Path | None = None, db: str | None = None) -> Config:
             clones[key[len("KB_CLONE_"):].lower().replace("_", "-")] = val
     cache = Path(os.environ.get("KB_CLONE_CACHE", cache or root / ".kb" / "clones"))
     return Config(root=root, db_path=db_path, clones=clones, clone_cache=cache)
+
+
+GITIGNORE = ".kb/\nkb.local.toml\n_site/\n__pycache__/\n"
+
+
+def copy_corpus(source: Path, dest: Path) -> list[str]:
+    """Copy a corpus (CORPUS_TREE folders and CORPUS_FILES) from `source` into the folder `dest`; the names copied.
+
+    Caches and in-flight journals stay behind: what is copied is the committed corpus, which the copy then
+    re-derives into its own `.kb/` index on first use.
+    """
+    import shutil
+
+    done = []
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".inflight-*")
+    for name in CORPUS_TREE:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, dest / name, ignore=skip)
+            done.append(f"{name}/")
+    for name in CORPUS_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, dest / name)
+            done.append(name)
+    (dest / ".gitignore").write_text(GITIGNORE)
+    return done

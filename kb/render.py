@@ -64,3 +64,47 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], wrap_last: bool
 def emit_json(data: Any) -> None:
     """JSON to stdout, one document."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def term_width() -> int | None:
+    """The width a table must fit: $COLUMNS when set, else the terminal's; None when stdout is piped (cut nothing)."""
+    import os
+
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else None
+
+
+def fitted_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], width: int | None,
+                 min_last: int = 30) -> str:
+    """A table whose last column wraps to fit `width` columns; nothing is ever cut.
+
+    The other columns keep their full width (ids are copied from here). When at least `min_last` columns
+    are left, the last column wraps within its place; when fewer, it goes under its row, indented, across
+    the whole width. `width=None` (a pipe, or --wide): one line per row.
+    """
+    import textwrap
+
+    cells = [[safe(c, layout=False) for c in r] for r in rows]  # one line per row: even newlines are escaped
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers[:-1])]
+    lead = sum(w + 2 for w in widths)
+
+    def head(r: Sequence[str]) -> str:
+        return "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1]))
+
+    rule = [*("-" * w for w in widths), "-" * max(len(headers[-1]), 8)]
+    if width is None or width - lead >= min_last:
+        room = None if width is None else width - lead
+        out = []
+        for r in [list(headers), rule, *cells]:
+            lines = [r[-1]] if room is None else (textwrap.wrap(r[-1], room, break_on_hyphens=False) or [""])
+            out.append(f"{head(r)}  {lines[0]}".rstrip())
+            out += [" " * lead + more for more in lines[1:]]
+        return "\n".join(out)
+    # Too narrow for a column of its own: the last column under each row, indented by four.
+    out = [head(list(headers)).rstrip(), f"    {headers[-1]}", head(rule).rstrip()]
+    for r in cells:
+        out.append(head(r).rstrip())
+        out += ["    " + line for line in textwrap.wrap(r[-1], max(width - 4, 20), break_on_hyphens=False)]
+    return "\n".join(out)

@@ -51,8 +51,11 @@ def test_database_is_a_cache(project: Path, run_kb) -> None:
 def test_fts_search_finds_and_escapes(project: Path, run_kb) -> None:
     rows = json.loads(run_kb("search", "five", "--json").output)
     assert [r["id"] for r in rows] == ["test.arith.wrong"]
-    # FTS syntax in user input is taken literally, not as a query error.
-    assert run_kb("search", 'NEAR("x" -', "--json").exit_code == 0
+    # FTS syntax passes through (#27, as sqlite-utils search): broken syntax is bad input naming --quote,
+    # and --quote takes the text literally.
+    res = run_kb("search", 'NEAR("x" -', "--json")
+    assert res.exit_code == 2 and "--quote" in res.output
+    assert run_kb("search", 'NEAR("x" -', "--quote", "--json").exit_code == 0
 
 
 def test_rows_declare_their_claim_for_datasette(project: Path, run_kb) -> None:

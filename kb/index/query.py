@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import sqlite_utils
@@ -33,32 +34,66 @@ def _values(v: Filter) -> list[str]:
     return [v] if isinstance(v, str) else [x for x in v if x]
 
 
-def list_claims(db: sqlite_utils.Database, generation: Filter = None, topic: Filter = None,
-                phase: Filter = None, label: Filter = None, status: Filter = None,
-                source: Filter = None, arch: Filter = None,
-                strength: Filter = None, rests_on: Filter = None) -> list[dict[str, Any]]:
-    """Claims matching every given filter, ordered by id.
+class FilterError(ValueError):
+    """A filter value that matches nothing it could mean (an unknown GPU, an FTS query that cannot parse)."""
 
-    A filter with several values matches any of them (repeated options combine);
-    `arch` matches within the scope's arch text.
-    """
-    where: list[str] = []
-    args: list[str] = []
 
-    def any_of(template: str, vals: list[str]) -> None:
-        if vals:
-            where.append("(" + " OR ".join(template for _ in vals) + ")")
-            args.extend(vals)
+# Filters answered in SQL: option name -> the condition for one value (values of one filter combine with OR).
+_SQL_FILTERS = {
+    "generation": "c.generation = ?", "phase": "c.phase = ?", "label": "c.label = ?", "status": "s.status = ?",
+    "strength": "s.strength = ?", "rests_on": "s.rests_on = ?",
+    "topic": "c.id IN (SELECT claim_id FROM claim_topics WHERE topic = ?)",
+    "source": "c.id IN (SELECT claim_id FROM anchors WHERE source = ?)",
+}
+# Filters answered in Python over free text (scope arch, the needs-hardware requirement) through kb.index.arch.
+_TEXT_FILTERS = ("arch", "waiting_for")
+FILTERS = (*_SQL_FILTERS, *_TEXT_FILTERS)
 
-    any_of("c.arch LIKE ?", [f"%{a}%" for a in _values(arch)])
-    for col, val in (("c.generation", generation), ("c.phase", phase), ("c.label", label), ("s.status", status),
-                     ("s.strength", strength), ("s.rests_on", rests_on)):
-        any_of(f"{col} = ?", _values(val))
-    any_of("c.id IN (SELECT claim_id FROM claim_topics WHERE topic = ?)", _values(topic))
-    any_of("c.id IN (SELECT claim_id FROM anchors WHERE source = ?)", _values(source))
-    sql = (f"SELECT {CLAIM_COLUMNS} FROM claims c LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'"
-           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id")
-    return [_row(r) for r in db.query(sql, args)]
+
+def hardware_sheets(db: sqlite_utils.Database) -> list[Any]:
+    """The hardware sheets registered in sources/ (kb.index.arch.Sheet), which GPU names resolve through."""
+    from kb.index.arch import sheets_from_rows
+
+    return sheets_from_rows(list(db.query("SELECT json FROM sources WHERE kind = 'hardware'")))
+
+
+def resolve_archs(db: sqlite_utils.Database, values: Filter) -> list[Any]:
+    """GPU names, SKUs and architectures as kb.index.arch.Arch (`any` left out); raises FilterError naming the closest."""
+    from kb.index.arch import UnknownArch, resolve
+
+    sheets = hardware_sheets(db)
+    out = []
+    for v in _values(values):
+        if v.strip().lower() == "any":
+            continue  # --waiting-for any: a requirement that names no architecture
+        try:
+            out.append(resolve(v, sheets))
+        except UnknownArch as exc:
+            raise FilterError(str(exc)) from None
+    return out
+
+
+def _text_match(db: sqlite_utils.Database, key: str, values: Filter) -> Callable[[dict[str, Any]], bool]:
+    """A predicate over a result row (with its `_arch` and status) for --arch / --waiting-for values."""
+    from kb.index.arch import named_in, names, requirement_text
+
+    sheets = hardware_sheets(db)
+    archs = resolve_archs(db, values)
+    want_any = any(v.strip().lower() == "any" for v in _values(values))
+    if key == "arch":
+        # Scope text: an explicit suffix (sm_90a) must be named as such; sm_90 or a GPU name takes any suffix.
+        return lambda r: any(names(named_in(r["_arch"], sheets), a) for a in archs)
+
+    def waiting(r: dict[str, Any]) -> bool:
+        # needs-hardware claims, and verified ones with a GPU check still pending ("also pending: ... needs ...")
+        req = requirement_text(r["status_reason"]) if r["status"] in ("needs-hardware", "verified") else ""
+        if not req:
+            return False
+        named = named_in(req, sheets)
+        # Hardware, not code: an H100 runs sm_90 and sm_90a code alike.
+        return (want_any and not named) or any(names(named, a, strict_suffix=False) for a in archs)
+
+    return waiting
 
 
 def _match(text: str) -> str | None:
@@ -67,23 +102,87 @@ def _match(text: str) -> str | None:
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
 
 
-def search(db: sqlite_utils.Database, text: str, limit: int = 50) -> list[dict[str, Any]]:
-    """Full-text search over id, statement and review reason (FTS5, porter stemming)."""
-    match = _match(text)
-    if match is None:
-        return []
-    sql = (f"SELECT {CLAIM_COLUMNS} FROM claims_fts f JOIN claims c ON c.rowid = f.rowid "
-           "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*' "
-           "WHERE claims_fts MATCH ? ORDER BY bm25(claims_fts) LIMIT ?")
-    return [_row(r) for r in db.query(sql, [match, limit])]
+def find_claims(db: sqlite_utils.Database, filters: dict[str, Filter] | None = None,
+                exclude: dict[str, Filter] | None = None, text: str | None = None, quote: bool = False,
+                limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Claims matching every filter and none of the excluded values, with how many matched before `limit`.
+
+    `filters` and `exclude` map a filter name (FILTERS) to one value or several: several values of one
+    filter match any of them; filters combine with AND; an excluded value removes every claim it matches.
+    `arch` reads the scope's architecture text and `waiting_for` the needs-hardware requirement, both
+    through kb.index.arch (`A100` is sm_80 by the hardware sheets). With `text`, a full-text search over id,
+    statement and review reason, best match first: FTS5 syntax passes through (`a OR "b c"`, `NEAR`,
+    `prefix*`), or with `quote` every word is literal. Without `text` the order is by id.
+    Raises FilterError for a value no GPU resolves from, or for FTS5 syntax that does not parse.
+    """
+    import sqlite3
+
+    filters, exclude = filters or {}, exclude or {}
+    unknown = [k for k in (*filters, *exclude) if k not in FILTERS]
+    if unknown:
+        raise FilterError(f"unknown filter {unknown[0]!r} (filters: {', '.join(FILTERS)})")
+    where: list[str] = []
+    args: list[Any] = []
+    for key, template in _SQL_FILTERS.items():
+        if vals := _values(filters.get(key)):
+            where.append("(" + " OR ".join(template for _ in vals) + ")")
+            args.extend(vals)
+        if vals := _values(exclude.get(key)):
+            # coalesce: a claim with no status row (or no strength) is none of the excluded values
+            where.append("NOT coalesce((" + " OR ".join(template for _ in vals) + "), 0)")
+            args.extend(vals)
+    keep = [_text_match(db, k, filters[k]) for k in _TEXT_FILTERS if _values(filters.get(k))]
+    drop = [_text_match(db, k, exclude[k]) for k in _TEXT_FILTERS if _values(exclude.get(k))]
+    cols = f"{CLAIM_COLUMNS}, c.arch AS _arch"
+    if text is not None:
+        match = _match(text) if quote else text.strip()
+        if not match:
+            return [], 0
+        sql = (f"SELECT {cols} FROM claims_fts f JOIN claims c ON c.rowid = f.rowid "
+               "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*' "
+               "WHERE claims_fts MATCH ?" + "".join(f" AND {w}" for w in where) + " ORDER BY bm25(claims_fts), c.id")
+        args = [match, *args]
+    else:
+        sql = (f"SELECT {cols} FROM claims c LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'"
+               + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id")
+    try:
+        raw = [dict(r) for r in db.query(sql, args)]
+    except sqlite3.OperationalError as exc:
+        if text is None:
+            raise
+        raise FilterError(f"{text!r} is not a full-text query SQLite can read ({exc}); "
+                          "pass --quote to search for the words as written") from None
+    rows = []
+    for r in raw:
+        row = _row(r)
+        probe = {**row, "_arch": r["_arch"]}
+        if all(k(probe) for k in keep) and not any(d(probe) for d in drop):
+            rows.append(row)
+    return (rows if limit is None else rows[:limit]), len(rows)
 
 
-def search_count(db: sqlite_utils.Database, text: str) -> int:
+def list_claims(db: sqlite_utils.Database, generation: Filter = None, topic: Filter = None,
+                phase: Filter = None, label: Filter = None, status: Filter = None,
+                source: Filter = None, arch: Filter = None,
+                strength: Filter = None, rests_on: Filter = None, waiting_for: Filter = None) -> list[dict[str, Any]]:
+    """Claims matching every given filter, ordered by id (find_claims without exclusions, text or limit)."""
+    given = {"generation": generation, "topic": topic, "phase": phase, "label": label, "status": status,
+             "source": source, "arch": arch, "strength": strength, "rests_on": rests_on, "waiting_for": waiting_for}
+    return find_claims(db, {k: v for k, v in given.items() if v})[0]
+
+
+def search(db: sqlite_utils.Database, text: str, limit: int = 50, quote: bool = True) -> list[dict[str, Any]]:
+    """Full-text search over id, statement and review reason (FTS5, porter stemming), best match first.
+
+    Quoted (every word literal) by default here, for library callers passing user text; the CLI passes
+    FTS5 syntax through unless --quote.
+    """
+    return find_claims(db, text=text, quote=quote, limit=limit)[0]
+
+
+def search_count(db: sqlite_utils.Database, text: str, quote: bool = True) -> int:
     """How many claims `search` would find with no limit."""
-    match = _match(text)
-    if match is None:
-        return 0
-    return next(iter(db.query("SELECT count(*) AS n FROM claims_fts WHERE claims_fts MATCH ?", [match])))["n"]
+    return find_claims(db, text=text, quote=quote)[1]
 
 
 def claim_ids(db: sqlite_utils.Database) -> list[str]:

@@ -285,7 +285,8 @@ def input_fingerprint(root: Path, exclude: set[Path] | frozenset[Path] = frozens
                 h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     # The derivation code is an input too: a changed status rule must re-derive statuses.
     package = Path(__file__).resolve().parents[1]
-    for p in sorted(package.rglob("*.py")):
+    # kb/_corpus (a wheel's copy of the corpus, for `kb init`) is data, not derivation code.
+    for p in sorted(q for q in package.rglob("*.py") if "_corpus" not in q.relative_to(package).parts):
         st = p.stat()
         h.update(f"kb/{p.relative_to(package).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()

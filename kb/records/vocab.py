@@ -45,3 +45,18 @@ LABELS: tuple[str, ...] = get_args(Label)
 STATUSES: tuple[str, ...] = get_args(StatusName)
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 VERIFIER_KINDS: tuple[str, ...] = get_args(VerifierKind)
+
+# What each derived status means (kb.index.status derives them); `kb claims --help` and its empty-result note
+# read this. `unverified` is real but transient: a check that has not run yet (a claim added or changed since
+# the evidence was recorded) or whose last run was a harness error, so a corpus with evidence for every
+# check it can run has none.
+STATUS_MEANINGS: dict[str, str] = {
+    "verified": "every check supports the statement",
+    "refuted": "a check contradicts the statement",
+    "inconclusive": "the checks disagree, tie, or do not reach the statement's numbers",
+    "stale": "a cited source changed upstream since the claim was checked",
+    "unverified": "a check has not run yet, or its last run was a harness error (not evidence)",
+    "needs-hardware": "the deciding check or experiment needs a GPU this evidence does not cover",
+    "review-only": "nothing executable decides it; the review reason says why",
+}
+assert set(STATUS_MEANINGS) == set(STATUSES), "every status has a meaning"

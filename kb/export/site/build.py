@@ -44,7 +44,7 @@ import sqlite_utils
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 from markupsafe import Markup
 
-from kb.config import Config
+from kb.config import Config, packaged_corpus
 from kb.export.errata import collect as collect_errata
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
 from kb.export.site import matrix_sel
@@ -82,7 +82,8 @@ from kb.export.site.svg import Bar, stacked_bars, value_bars
 from kb.fsutil import replaced_dir
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
-PACKAGE_SITE = Path(__file__).resolve().parents[3] / "site"
+# The templates that came with kb: kb/_corpus/site in a wheel, the checkout's site/ otherwise (kb.config).
+PACKAGE_SITE = (packaged_corpus() or Path(__file__).resolve().parents[3]) / "site"
 
 # Evidence grades (kb/index/strength.py GRADES), strongest first, then claims no check decides.
 STRENGTHS = ("measured", "derived", "cited", "restated", "none")
