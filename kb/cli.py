@@ -558,7 +558,13 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
     from kb.export.status_md import render_status
 
     cfg = _cfg(ctx)
-    text = render_status(_index(ctx).db)
+    from kb.config import ConfigError
+
+    try:
+        site_url = cfg.site_url
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+    text = render_status(_index(ctx).db, site_url)
     out = output or cfg.root / "STATUS.md"
     if check:
         current = out.read_text() if out.exists() else ""
