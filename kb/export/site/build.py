@@ -11,6 +11,8 @@ and from GitHub Pages, and nothing is fetched from another host):
     claims-index.js     the same index as a script, for file:// where fetch() of a file is refused
     claims/<id>.html    one page per claim
     matrix.html         claims x hardware class
+    measurements.html   every measured GPU figure in one table (measurements.js sorts and filters it)
+    measurements.csv    the same table as CSV
     generations.html    FA1 -> FA4 (and the other groupings)
     sources.html        every source and its pins
     static/             stylesheet and script
@@ -41,7 +43,6 @@ from markupsafe import Markup
 
 from kb.config import Config
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
-from kb.export.site.charts import _scalar as scalar_of
 from kb.export.site.charts import gpu_charts
 from kb.export.site.data import (
     SOURCE_KINDS,
@@ -61,6 +62,7 @@ from kb.export.site.data import (
     run_view,
     source_links,
 )
+from kb.export.site.measurements import measurement_rows, measurements_context, to_csv
 from kb.export.site.svg import Bar, stacked_bars, value_bars
 from kb.fsutil import replaced_dir
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
@@ -118,25 +120,29 @@ class _Writer:
 
 
 def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
-    """One inline chart per hardware class: the latest TFLOP/s of each throughput claim, against the peak."""
+    """One inline chart per hardware class: the TFLOP/s of each benchmark figure (kb.export.site.measurements),
+    its newest batch's p20-p80 spread, the band its check expects and the registered peak, coloured by the
+    claim's verdict on that hardware."""
     charts = []
     per_class: dict[str, list[Bar]] = {}
     peaks: dict[str, float] = {}
-    for c in data.claims:
-        seen: set[str] = set()
-        for r in c["runs"]:  # newest first
-            tf = scalar_of(r, "tflops")  # None for a null or non-numeric value: no bar, never a crash
-            if r.get("verifier") != "gpu.benchmark" or tf is None or r["hardware_class"] in seen:
-                continue
-            seen.add(r["hardware_class"])
-            impl = (r.get("params") or {}).get("impl", "sdpa-flash")
-            per_class.setdefault(r["hardware_class"], []).append(Bar(f"{impl} · {c['id']}", tf,
-                                                                     f"claims/{c['id']}.html"))
-            # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
-            for sid, src in data.sources.items():
-                peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
-                if src.get("kind") == "hardware" and peak and f" {sid} " in f" {r['hardware_class']} ":
-                    peaks[r["hardware_class"]] = float(peak)
+    for r in measurement_rows(data):
+        tf = r["value"] if r["verifier"] == "gpu.benchmark" and r["figure"] == "tflops" else None
+        if not isinstance(tf, int | float) or isinstance(tf, bool):
+            continue  # a null or non-numeric value: no bar, never a crash
+        c = data.by_id[r["claim"]]
+        p = c["checks"][r["check"]].get("params") or {}
+        shape = "×".join(str(p.get(k, d)) for k, d in (("batch", 2), ("heads", 16), ("seqlen_q", 1024), ("head_dim", 128)))
+        label = f"{r['implementation']} · {r['mode'].replace('forward', 'fwd').replace('backward', 'bwd')} · {shape}"
+        spread = (r["p20"], r["p80"]) if r["p20"] is not None else None
+        text = f"{tf:g} TFLOP/s" + (f", p20–p80 {spread[0]:.0f}–{spread[1]:.0f}" if spread else "") + f" · {r['status']}"
+        per_class.setdefault(r["hardware"], []).append(Bar(label, float(tf), f"claims/{r['claim']}.html", spread=spread,
+                                                           expected=r["band_range"], text=text, status=r["status"]))
+        # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
+        for sid, src in data.sources.items():
+            peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
+            if src.get("kind") == "hardware" and peak and f" {sid} " in f" {r['hardware']} ":
+                peaks[r["hardware"]] = float(peak)
     for hw, rows in sorted(per_class.items()):
         ref = ("dense bf16 peak", peaks[hw]) if hw in peaks else None
         charts.append((hw, value_bars(sorted(rows, key=lambda b: -b.value), "TFLOP/s", f"Measured TFLOP/s on {hw}", ref)))
@@ -351,6 +357,9 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
                                                   "filter_href": _filter_href}),
         "sources.html": ("sources.html", _sources_context(data)),
     }
+    meas = measurements_context(data)
+    pages["measurements.html"] = ("measurements.html", meas)
+    out.write("measurements.csv", to_csv(meas["rows"]))
     graph = load_graph(db)
     pages["graph.html"] = ("graph.html", _graph_context(graph))
     for name, (tpl_name, ctx) in pages.items():
