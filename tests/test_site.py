@@ -93,7 +93,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = load_config(root=proj, db=str(proj / "kb.db"))
     out = proj / "site"
     n = build_site(open_index(cfg).db, cfg, out)
-    assert n == 7 + len(claims)  # dashboard, claims, claims-all, matrix, generations, graph, sources + a page per claim
+    # dashboard, claims, claims-all, matrix, generations, graph, sources, measurements + a page per claim
+    assert n == 8 + len(claims)
     return out
 
 

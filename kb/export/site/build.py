@@ -149,6 +149,12 @@ def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
     return charts
 
 
+def render_measurements(data: SiteData, env: Environment) -> tuple[str, str]:
+    """measurements.html and measurements.csv (written into the site, so swapped in with it, whole or not at all)."""
+    ctx = measurements_context(data)
+    return env.get_template("measurements.html").render(root="", page="measurements.html", **ctx), to_csv(ctx["rows"])
+
+
 def _dashboard_context(data: SiteData) -> dict[str, Any]:
     gens = count_by(data.claims, "generation", GENERATIONS)
     labels = count_by(data.claims, "label", LABELS)
@@ -357,9 +363,9 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
                                                   "filter_href": _filter_href}),
         "sources.html": ("sources.html", _sources_context(data)),
     }
-    meas = measurements_context(data)
-    pages["measurements.html"] = ("measurements.html", meas)
-    out.write("measurements.csv", to_csv(meas["rows"]))
+    html, table = render_measurements(data, env)
+    out.write("measurements.html", html)
+    out.write("measurements.csv", table)
     graph = load_graph(db)
     pages["graph.html"] = ("graph.html", _graph_context(graph))
     for name, (tpl_name, ctx) in pages.items():
@@ -377,4 +383,4 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
             hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
                                      highlight=c["id"]))
         out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data))
-    return len(pages) + len(keep)
+    return len(pages) + 1 + len(keep)  # + measurements.html
