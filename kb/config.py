@@ -73,7 +73,7 @@ def find_root(start: Path | None = None) -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-_SITE_URL_KEY = r"^\s*site_url\s*="
+_SITE_URL_KEY = r"^[ \t]*site_url[ \t]*="
 
 
 class ConfigError(ValueError):
