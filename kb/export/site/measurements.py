@@ -168,7 +168,8 @@ def _band(check: dict[str, Any], name: str, runs: list[dict[str, Any]], data: Si
         if util and peak:
             band = tuple(None if v is None else v * peak[1] for v in util)
             util_text = fmt_expect({"u": expect["util_vs_peak"]})[0].removeprefix("u ")
-            return f"util {util_text} × {peak[0]} peak {peak[1]:g}", band  # type: ignore[return-value]
+            ends = "–".join("…" if v is None else f"{v:.0f}" for v in band)
+            return f"util {util_text} of the {peak[0]} peak {peak[1]:g} = {ends} TFLOP/s", band  # type: ignore[return-value]
     return "", None
 
 
