@@ -722,14 +722,19 @@ def export_status(ctx: click.Context, check: bool, output: Path | None) -> None:
 
     Example: `kb export status --check`
     """
+    from kb.config import ConfigError
     from kb.export import baseline
     from kb.export.status_md import render_status
 
     cfg = _cfg(ctx)
+    try:
+        site_url = cfg.site_url
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
     db = _index(ctx).db
     out = output or cfg.root / "STATUS.md"
     # The project's own STATUS.md carries its machine-readable twin; an export elsewhere (-o) is the Markdown only.
-    files = [(out, render_status(db))] + ([] if output else [(cfg.root / baseline.NAME, baseline.render(db))])
+    files = [(out, render_status(db, site_url))] + ([] if output else [(cfg.root / baseline.NAME, baseline.render(db))])
     if check:
         stale = [p for p, text in files if (p.read_text() if p.exists() else "") != text]
         for p in stale:

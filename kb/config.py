@@ -38,6 +38,28 @@ class Config:
                 return cand
         return None
 
+    @property
+    def site_url(self) -> str | None:
+        """Where the exported site is published (ends in '/'), for links from STATUS.md; None if not configured.
+
+        $KB_SITE_URL, else `site_url` under `[tool.kb]` in the project's pyproject.toml (committed, so every
+        checkout renders the same STATUS.md). Only an https:// URL is accepted (ConfigError otherwise).
+        """
+        url, where = os.environ.get("KB_SITE_URL"), "KB_SITE_URL"
+        if url is None:
+            py = self.root / "pyproject.toml"
+            try:
+                text = py.read_text(encoding="utf-8") if py.is_file() else ""
+                url = tomllib.loads(text).get("tool", {}).get("kb", {}).get("site_url")
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"pyproject.toml:1: cannot be read for [tool.kb] site_url ({exc})") from None
+            where = f"pyproject.toml:{_line(text, _SITE_URL_KEY)}: [tool.kb] site_url"
+        if url in (None, ""):
+            return None
+        if not isinstance(url, str) or not re.fullmatch(r"https://[^\s\"'<>`\\]+", url):
+            raise ConfigError(f"{where}: must be an https:// URL, got {url!r}")
+        return url if url.endswith("/") else url + "/"
+
 
 CORPUS_PARTS = ("claims", "sources")
 # What `kb init` copies, and what a built wheel carries under kb/_corpus (setup.py): the corpus and what
@@ -86,6 +108,13 @@ def find_root(start: Path | None = None) -> Path:
         if _is_corpus(cand):
             return cand
     raise NoCorpus(NO_CORPUS.format(where=here))
+
+
+_SITE_URL_KEY = r"^[ \t]*site_url[ \t]*="
+
+
+class ConfigError(ValueError):
+    """kb.local.toml cannot be used; the message names the file, line and field."""
 
 
 def _line(text: str, pattern: str) -> int:

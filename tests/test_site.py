@@ -93,10 +93,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = load_config(root=proj, db=str(proj / "kb.db"))
     out = proj / "site"
     n = build_site(open_index(cfg).db, cfg, out)
-    # dashboard, claims, claims-all, matrix, generations, graph, sources; notes index, errata, glossary; the one
+    # dashboard, claims, claims-all, matrix, generations, graph, sources, measurements; notes index, errata, glossary; the one
     # note and the one deck the claims anchor (no clone of the notes here: the outline comes from the anchors);
     # a page per claim
-    assert n == 7 + 3 + 2 + len(claims)
+    assert n == 8 + 3 + 2 + len(claims)
     return out
 
 

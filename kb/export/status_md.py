@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -43,7 +44,7 @@ def _pin_roles(db: sqlite_utils.Database) -> list[dict[str, str]]:
     return out
 
 
-def _disagreements(db: sqlite_utils.Database, overall: dict[str, dict]) -> list[str]:
+def _disagreements(db: sqlite_utils.Database, overall: dict[str, dict], link: _Links) -> list[str]:
     """Findings: a deck and its note (or two sources) state one fact differently; each side is a checked claim."""
     pairs = sorted({tuple(sorted((r["claim_id"], r["target"])))
                     for r in db.query("SELECT claim_id, target FROM claim_edges WHERE relation = 'disagrees_with'")})
@@ -55,19 +56,33 @@ def _disagreements(db: sqlite_utils.Database, overall: dict[str, dict]) -> list[
     out += ["| claim | status | strength | claim | status | strength |", "|---|---|---|---|---|---|"]
     for a, b in pairs:
         oa, ob = overall.get(a, {}), overall.get(b, {})
-        out.append(f"| `{a}` | {oa.get('status', '?')} | {oa.get('strength') or '—'} "
-                   f"| `{b}` | {ob.get('status', '?')} | {ob.get('strength') or '—'} |")
+        out.append(f"| {link.claim(a)} | {oa.get('status', '?')} | {oa.get('strength') or '—'} "
+                   f"| {link.claim(b)} | {ob.get('status', '?')} | {ob.get('strength') or '—'} |")
     return [*out, ""]
 
 
-def render_status(db: sqlite_utils.Database) -> str:
-    """The full text of STATUS.md."""
-    claims = {r["id"]: r for r in db.query("SELECT id, generation, phase, label FROM claims")}
+class _Links:
+    """Markdown links to claims: the claim's page on the published site when its address is configured
+    (`Config.site_url`), else the claim's line in its YAML file (relative, so it works on GitHub and in a checkout)."""
+
+    def __init__(self, claims: dict[str, dict], site_url: str | None) -> None:
+        self.claims, self.site = claims, site_url
+
+    def claim(self, cid: str) -> str:
+        c = self.claims.get(cid)
+        if self.site:
+            return f"[`{md(cid)}`]({self.site}claims/{quote(cid)}.html)"
+        if c and c.get("file"):
+            return f"[`{md(cid)}`]({quote(c['file'])}#L{c['line']})"
+        return f"`{md(cid)}`"
+
+
+def render_status(db: sqlite_utils.Database, site_url: str | None = None) -> str:
+    """The full text of STATUS.md; claim ids link to their pages under `site_url` when it is given."""
+    claims = {r["id"]: r for r in db.query("SELECT id, generation, phase, label, file, line, "
+                                          "json_extract(json, '$.experiment.hardware') AS experiment_hw FROM claims")}
+    link = _Links(claims, site_url)
     overall = {r["claim_id"]: r for r in db.query("SELECT * FROM status WHERE hardware_class = '*'")}
-    per_class: dict[str, dict[str, str]] = defaultdict(dict)
-    for r in db.query("SELECT claim_id, hardware_class, status FROM status WHERE hardware_class != '*'"):
-        per_class[r["claim_id"]][r["hardware_class"]] = r["status"]
-    gpu_classes = sorted({hw for d in per_class.values() for hw in d if hw != CPU})
     drifted = _drifted(db)
 
     lines = ["# Status", "",
@@ -81,21 +96,29 @@ def render_status(db: sqlite_utils.Database) -> str:
     from kb.export.errata import collect
 
     errata = collect(db)
-    lines += ["## Errata", "", f"{errata['count']} finding(s) about the notes and decks (`kb errata` lists each "
-              "with the evidence, what is true instead and links at the pin):", ""]
+    where = (f"[the site's errata page]({site_url}errata.html) gives" if site_url else "`kb errata` gives")
+    lines += ["## Errata", "", f"{errata['count']} finding(s) about the notes and decks; {where} each with "
+              "the evidence, what is true instead and links at the pin. By note section and deck slide:", ""]
+
+    def found(fs: list[dict]) -> str:
+        return ", ".join(link.claim(f["claim"]) for f in fs)
+
     for note in errata["notes"]:
-        lines.append(f"- `{note['file']}`: " + ", ".join(f"{sec['heading']} ({len(sec['findings'])})"
-                                                         for sec in note["sections"]))
+        lines.append(f"- `{md(note['file'])}`: " + "; ".join(f"{md(sec['heading'])} ({found(sec['findings'])})"
+                                                             for sec in note["sections"]))
     for deck in errata["decks"]:
-        lines.append(f"- `{deck['file']}`: " + ", ".join(f"slide {sl['slide']} ({len(sl['findings'])})"
-                                                         for sl in deck["slides"]))
+        lines.append(f"- `{md(deck['file'])}`: " + "; ".join(f"slide {sl['slide']} ({found(sl['findings'])})"
+                                                             for sl in deck["slides"]))
     lines.append("")
 
+    # Each claim counts once, under its overall status (the columns partition the claims: they sum to the
+    # row's count). The status of a claim measured on a GPU and also checked on the CPU is its overall one.
+    head = "claims | " + " | ".join(STATUSES) + " |"
+    rule = "---:|" * (len(STATUSES) + 1)
     lines += ["## By area", "",
-              "| generation | phase | claims | source audit | CPU-checked | " + " | ".join(
-                  f"GPU-measured ({md(g)})" for g in gpu_classes) + (" | " if gpu_classes else "")
-              + "refuted | needs hardware | review-only |",
-              "|---|---|---:|---|---:|" + "---:|" * len(gpu_classes) + "---:|---:|---:|"]
+              "Each claim is counted once, under its overall status; the source audit column says whether the "
+              "pinned text has drifted upstream.", "",
+              "| generation | phase | " + head + " source audit |", "|---|---|" + rule + "---|"]
     areas: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cid, c in claims.items():
         areas[(c["generation"], c["phase"])].append(cid)
@@ -103,24 +126,20 @@ def render_status(db: sqlite_utils.Database) -> str:
         for (g, phase), ids in sorted(areas.items()):
             if g != gen:
                 continue
-            cpu_ok = sum(1 for i in ids if per_class[i].get(CPU) == "verified")
-            gpu = [sum(1 for i in ids if per_class[i].get(hw) in ("verified", "refuted", "inconclusive"))
-                   for hw in gpu_classes]
-            st = Counter(overall[i]["status"] for i in ids if i in overall)
+            st = Counter(overall[i]["status"] if i in overall else "unverified" for i in ids)
             n_drift = sum(1 for i in ids if i in drifted)
             audit = f"{n_drift} drifted" if n_drift else "as pinned"
-            lines.append(f"| {gen} | {phase} | {len(ids)} | {audit} | {cpu_ok} | "
-                         + "".join(f"{n} | " for n in gpu)
-                         + f"{st['refuted']} | {st['needs-hardware']} | {st['review-only']} |")
+            lines.append(f"| {gen} | {phase} | {len(ids)} | " + " | ".join(str(st[s]) for s in STATUSES)
+                         + f" | {audit} |")
     lines.append("")
 
-    lines += ["## By label", "", "| label | claims | verified | refuted | review-only |", "|---|---:|---:|---:|---:|"]
+    lines += ["## By label", "", "| label | " + head, "|---|" + rule]
     by_label: dict[str, list[str]] = defaultdict(list)
     for cid, c in claims.items():
         by_label[c["label"]].append(cid)
     for label, ids in sorted(by_label.items()):
-        st = Counter(overall[i]["status"] for i in ids if i in overall)
-        lines.append(f"| {label} | {len(ids)} | {st['verified']} | {st['refuted']} | {st['review-only']} |")
+        st = Counter(overall[i]["status"] if i in overall else "unverified" for i in ids)
+        lines.append(f"| {label} | {len(ids)} | " + " | ".join(str(st[s]) for s in STATUSES) + " |")
     lines.append("")
 
     lines += ["## Evidence strength", "",
@@ -176,7 +195,7 @@ def render_status(db: sqlite_utils.Database) -> str:
         lines.append("Blast radius of each refuted claim (the claims whose conclusions rest on it):")
         lines.append("")
         for root, ids in sorted(roots.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-            lines.append(f"- `{root}` ({len(ids)}): " + ", ".join(f"`{i}`" for i in ids))
+            lines.append(f"- {link.claim(root)} ({len(ids)}): " + ", ".join(link.claim(i) for i in ids))
     else:
         lines.append("No claim rests on a refuted claim.")
     lines.append("")
@@ -184,26 +203,31 @@ def render_status(db: sqlite_utils.Database) -> str:
     refuted = sorted(i for i, o in overall.items() if o["status"] == "refuted")
     lines += ["## Refuted claims", "",
               "A refuted claim records what the notes assert and the evidence against it; it is a finding, not an error.", ""]
-    lines += [f"- `{i}` — {_cause(overall[i])}{md(overall[i]['reason'])}" for i in refuted] or ["None."]
+    lines += [f"- {link.claim(i)} — {_cause(overall[i])}{md(overall[i]['reason'])}" for i in refuted] or ["None."]
     lines.append("")
 
-    lines += _disagreements(db, overall)
+    lines += _disagreements(db, overall, link)
 
+    # One line per GPU a claim waits for: the experiment's hardware, or the requirement of a GPU check that
+    # could not run here; each line counts the claims by area (`kb claims --status needs-hardware` lists them).
     pending: dict[str, list[str]] = defaultdict(list)
     for i, o in sorted(overall.items()):
         if o["status"] == "needs-hardware":
-            need = o["reason"].split(" needs ", 1)[-1]
-            pending[need].append(i)
-    lines += ["## Deferred qualification (needs hardware)", ""]
+            pending[_waits_for(claims.get(i, {}), o["reason"])].append(i)
+    lines += ["## Deferred qualification (needs hardware)", "",
+              "What each GPU would decide, by area (`kb claims --status needs-hardware` lists the claims and their "
+              "experiments):", ""]
     if not pending:
         lines.append("None.")
-    for need, ids in sorted(pending.items()):
-        lines.append(f"- **{md(need)}** ({len(ids)}): " + ", ".join(f"`{i}`" for i in ids))
+    for need, ids in sorted(pending.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        per = Counter(f"{claims[i]['generation']} {claims[i]['phase']}" for i in ids if i in claims)
+        lines.append(f"- **{md(need)}** ({len(ids)}): " + ", ".join(f"{k} {n}" for k, n in
+                                                                 sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))))
     lines.append("")
 
     inconclusive = sorted(i for i, o in overall.items() if o["status"] == "inconclusive")
     if inconclusive:
-        lines += ["## Inconclusive", ""] + [f"- `{i}` — {_cause(overall[i])}{md(overall[i]['reason'])}"
+        lines += ["## Inconclusive", ""] + [f"- {link.claim(i)} — {_cause(overall[i])}{md(overall[i]['reason'])}"
                                             for i in inconclusive] + [""]
 
     env_rows = list(db.query("SELECT hardware_class, json FROM runs WHERE hardware_class != 'cpu' "
@@ -258,6 +282,14 @@ def _kernel_profiles(db: sqlite_utils.Database) -> list[str]:
     for (family, d), row in sorted(cells.items(), key=lambda kv: (min(_IMPL_ORDER.index(i) for i in kv[1]), kv[0])):
         out.append(f"| `{md(family)}` | {d} | " + " | ".join(row.get(i, ("",))[0] for i in impls) + " |")
     return [*out, ""]
+
+
+def _waits_for(claim: dict, reason: str) -> str:
+    """The GPU a needs-hardware claim waits for: its experiment's hardware, else what its GPU check requires."""
+    if claim.get("experiment_hw"):
+        return str(claim["experiment_hw"])
+    need = reason.split(" needs ", 1)[-1]
+    return need.split(":", 1)[0].strip() or need
 
 
 def _cause(o: dict) -> str:

@@ -11,6 +11,8 @@ and from GitHub Pages, and nothing is fetched from another host):
     claims-index.js     the same index as a script, for file:// where fetch() of a file is refused
     claims/<id>.html    one page per claim
     matrix.html         claims x hardware class
+    measurements.html   every measured GPU figure in one table (measurements.js sorts and filters it)
+    measurements.csv    the same table as CSV
     generations.html    FA1 -> FA4 (and the other groupings)
     sources.html        every source and its pins
     notes.html          the notes and decks, with claim counts
@@ -48,7 +50,6 @@ from kb.config import Config, packaged_corpus
 from kb.export.errata import collect as collect_errata
 from kb.export.graph import RELATIONS, Graph, by_note, load_graph, neighbourhood, to_svg
 from kb.export.site import matrix_sel
-from kb.export.site.charts import _scalar as scalar_of
 from kb.export.site.charts import gpu_charts
 from kb.export.site.data import (
     SOURCE_KINDS,
@@ -69,6 +70,7 @@ from kb.export.site.data import (
     safe_url,
     source_links,
 )
+from kb.export.site.measurements import measurement_rows, measurements_context, to_csv
 from kb.export.site.outline import Outline, read_outline
 from kb.export.site.readers import (
     claim_locations,
@@ -136,29 +138,39 @@ class _Writer:
 
 
 def _benchmarks(data: SiteData) -> list[tuple[str, Any]]:
-    """One inline chart per hardware class: the latest TFLOP/s of each throughput claim, against the peak."""
+    """One inline chart per hardware class: the TFLOP/s of each benchmark figure (kb.export.site.measurements),
+    its newest batch's p20-p80 spread, the band its check expects and the registered peak, coloured by the
+    claim's verdict on that hardware."""
     charts = []
     per_class: dict[str, list[Bar]] = {}
     peaks: dict[str, float] = {}
-    for c in data.claims:
-        seen: set[str] = set()
-        for r in c["runs"]:  # newest first
-            tf = scalar_of(r, "tflops")  # None for a null or non-numeric value: no bar, never a crash
-            if r.get("verifier") != "gpu.benchmark" or tf is None or r["hardware_class"] in seen:
-                continue
-            seen.add(r["hardware_class"])
-            impl = (r.get("params") or {}).get("impl", "sdpa-flash")
-            per_class.setdefault(r["hardware_class"], []).append(Bar(f"{impl} · {c['id']}", tf,
-                                                                     f"claims/{c['id']}.html"))
-            # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
-            for sid, src in data.sources.items():
-                peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
-                if src.get("kind") == "hardware" and peak and f" {sid} " in f" {r['hardware_class']} ":
-                    peaks[r["hardware_class"]] = float(peak)
+    for r in measurement_rows(data):
+        tf = r["value"] if r["verifier"] == "gpu.benchmark" and r["figure"] == "tflops" else None
+        if not isinstance(tf, int | float) or isinstance(tf, bool):
+            continue  # a null or non-numeric value: no bar, never a crash
+        c = data.by_id[r["claim"]]
+        p = c["checks"][r["check"]].get("params") or {}
+        shape = "×".join(str(p.get(k, d)) for k, d in (("batch", 2), ("heads", 16), ("seqlen_q", 1024), ("head_dim", 128)))
+        label = f"{r['implementation']} · {r['mode'].replace('forward', 'fwd').replace('backward', 'bwd')} · {shape}"
+        spread = (r["p20"], r["p80"]) if r["p20"] is not None else None
+        text = f"{tf:g} TFLOP/s" + (f", p20–p80 {spread[0]:.0f}–{spread[1]:.0f}" if spread else "") + f" · {r['status']}"
+        per_class.setdefault(r["hardware"], []).append(Bar(label, float(tf), f"claims/{r['claim']}.html", spread=spread,
+                                                           expected=r["band_range"], text=text, status=r["status"]))
+        # The peak drawn is the registered hardware constant (sources/hardware.yaml) the GPU's name matches.
+        for sid, src in data.sources.items():
+            peak = (src.get("constants") or {}).get("peak_bf16_dense_tflops")
+            if src.get("kind") == "hardware" and peak and f" {sid} " in f" {r['hardware']} ":
+                peaks[r["hardware"]] = float(peak)
     for hw, rows in sorted(per_class.items()):
         ref = ("dense bf16 peak", peaks[hw]) if hw in peaks else None
         charts.append((hw, value_bars(sorted(rows, key=lambda b: -b.value), "TFLOP/s", f"Measured TFLOP/s on {hw}", ref)))
     return charts
+
+
+def render_measurements(data: SiteData, env: Environment) -> tuple[str, str]:
+    """measurements.html and measurements.csv (written into the site, so swapped in with it, whole or not at all)."""
+    ctx = measurements_context(data)
+    return env.get_template("measurements.html").render(root="", page="measurements.html", **ctx), to_csv(ctx["rows"])
 
 
 def _dashboard_context(data: SiteData) -> dict[str, Any]:
@@ -411,6 +423,9 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, outline: Outl
                                                   "filter_href": _filter_href}),
         "sources.html": ("sources.html", _sources_context(data)),
     }
+    html, table = render_measurements(data, env)
+    out.write("measurements.html", html)
+    out.write("measurements.csv", table)
     graph = load_graph(db)
     pages["graph.html"] = ("graph.html", _graph_context(graph))
     for name, (tpl_name, ctx) in pages.items():
@@ -430,4 +445,4 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, outline: Outl
             hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
                                      highlight=c["id"]))
         out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data, outline, published))
-    return len(pages) + len(keep) + n_readers
+    return len(pages) + len(keep) + n_readers + 1  # + measurements.html

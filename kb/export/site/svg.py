@@ -98,6 +98,7 @@ class Bar:
     expected: tuple[float | None, float | None] | None = None  # this row's expectation, where rows differ
     ok: bool | None = None  # whether the value meets its expectation (colours the bar)
     text: str | None = None  # the value as printed (default: the number and the unit)
+    status: str | None = None  # a claim status that colours the bar instead of `ok` (st-<status>)
 
 
 def value_bars(rows: Sequence[Bar], unit: str, title: str = "", reference: tuple[str, float] | None = None,
@@ -139,7 +140,7 @@ def value_bars(rows: Sequence[Bar], unit: str, title: str = "", reference: tuple
             lo, hi = r.expected[0] or 0.0, r.expected[1] if r.expected[1] is not None else top
             out.append(f'<rect class="chart-band" x="{x(lo)}" y="{by - 2}" width="{_pct(100 * max(hi - lo, top / 200) / top)}" '
                        f'height="{BAR_H + 4}"/>')
-        cls = {True: "st-verified", False: "st-refuted", None: "st-derived"}[r.ok]
+        cls = f"st-{r.status}" if r.status else {True: "st-verified", False: "st-refuted", None: "st-derived"}[r.ok]
         tip = f"{r.label}: {r.text or _num(r.value) + ' ' + unit}"
         bar = (f'<rect class="{cls}" x="0" y="{by}" width="{_pct(max(100 * r.value / top, 0.4))}" height="{BAR_H}">'
                f"<title>{escape(tip)}</title></rect>")
