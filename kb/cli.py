@@ -485,6 +485,8 @@ def hw(ctx: click.Context, as_json: bool) -> None:
               help="Only claims with this topic (repeatable: any of them).")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(VERIFIER_KINDS),
               help="Only checks of this verifier kind (repeatable), e.g. cpu-check, gpu-benchmark.")
+@click.option("--verifier", "verifier_ids", multiple=True, metavar="ID",
+              help="Only checks of this verifier (repeatable, with --kind: either), e.g. code.launch-trace.")
 @click.option("--plan", "plan_only", is_flag=True, help="Show what would run and why others are skipped.")
 @click.option("--force", is_flag=True, help="Re-run checks that have current evidence.")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64), help="Parallel CPU workers.")
@@ -501,8 +503,8 @@ def hw(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The run summary as JSON.")
 @click.pass_context
 def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...],
-           kinds: tuple[str, ...], plan_only: bool, force: bool, jobs: int, timeout: float | None,
-           online: bool, fail_on: str, baseline_path: Path | None, as_json: bool) -> None:
+           kinds: tuple[str, ...], verifier_ids: tuple[str, ...], plan_only: bool, force: bool, jobs: int,
+           timeout: float | None, online: bool, fail_on: str, baseline_path: Path | None, as_json: bool) -> None:
     """Run the checks this machine can run; record evidence; print a summary.
 
     Exit 1 on a finding as --fail-on says: by default a verdict worse than the committed STATUS.json, so
@@ -528,9 +530,19 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
         raise BadInput(str(exc)) from None
     if baseline_path is not None and fail_on == "new" and base is None and not plan_only:
         raise BadInput(f"--baseline {baseline_path}: no such file (`kb export status` writes STATUS.json)")
+    if verifier_ids:
+        import difflib
+
+        from kb.verify.registry import load_verifiers
+
+        known = load_verifiers(cfg.verifiers_dir)
+        for v in verifier_ids:
+            if v not in known:
+                near = difflib.get_close_matches(v, list(known), n=3)
+                raise BadInput(f"--verifier {v}: no such verifier" + (f"; did you mean {', '.join(near)}?" if near else ""))
     idx = _index(ctx)
     try:
-        result = run_verify(cfg, idx, claim_ids, generations, topics, set(kinds) or None, plan_only,
+        result = run_verify(cfg, idx, claim_ids, generations, topics, set(kinds) | set(verifier_ids) or None, plan_only,
                             force, jobs, timeout, progress=_progress)
     except UnknownClaim as exc:
         raise BadInput(str(exc)) from None

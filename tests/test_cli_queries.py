@@ -262,3 +262,13 @@ def test_table_fits_columns_and_wide_keeps_one_line(project: Path) -> None:
         assert " ".join(out.split()).count(long) == 1  # wrapped, never cut
     wide = CliRunner().invoke(cli, [*args, "--wide"], env={"COLUMNS": "100"}).stdout
     assert any(line.endswith(long) for line in wide.splitlines()) and len(wide.splitlines()) == 2 + 4
+
+
+def test_verify_verifier_filter_selects_checks_by_verifier_id(run_kb) -> None:
+    import json
+
+    plan = json.loads(run_kb("verify", "--plan", "--json", "--verifier", "arith.eval").stdout)
+    assert plan and {r["check"].split("#")[0] for r in plan} == {"test.arith.four", "test.arith.wrong"}
+    assert json.loads(run_kb("verify", "--plan", "--json", "--verifier", "source.lines").stdout) == []
+    res = run_kb("verify", "--plan", "--verifier", "arith.evl")
+    assert res.exit_code == 2 and "no such verifier" in res.output and "arith.eval" in res.output

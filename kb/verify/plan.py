@@ -104,7 +104,8 @@ def make_plan(corpus: Corpus, claim_ids: list[str], registry: dict[str, Verifier
         claim = corpus.claims[cid]
         for i, check in enumerate(claim.checks):
             spec = registry[check.verifier]
-            if kinds and spec.kind not in kinds:
+            # `kinds` holds verifier kinds and verifier ids (`kb verify --kind` / `--verifier`).
+            if kinds and spec.kind not in kinds and spec.id not in kinds:
                 continue
             why = _unmet(spec, claim, check.params, clones, corpus.sources)
             if why:
