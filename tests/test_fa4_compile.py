@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kb.records.models import Comparison
 from kb.verify.expect import judge
@@ -93,7 +94,9 @@ def test_pinned_forward_compile_matches_the_tuning_table(tmp_path: Path) -> None
     clone = _clone() or pytest.skip("no flash-attention clone")
     root = Path(os.environ.get("KB_BUILD_CACHE") or Path.cwd() / ".kb" / "build")
     t = time.perf_counter()
-    folder, manifest = F.compile_variant(clone, FA4_PIN, "fwd-d128-causal", root)
+    sheets = yaml.safe_load((Path(__file__).resolve().parent.parent / "sources" / "hardware.yaml").read_text())["sources"]
+    hw = {h["id"]: h for h in sheets}
+    folder, manifest = F.compile_variant(clone, FA4_PIN, "fwd-d128-causal", root, int(hw["B200"]["constants"]["sm_count"]))
     print(f"fwd-d128-causal: {time.perf_counter() - t:.0f} s ({'cached' if manifest['cached'] else 'cold'})")
     sass = "".join((folder / f).read_text() for f in manifest["files"] if f.endswith(".sass") and "ForwardSm100" in f)
     ptx = "".join((folder / f).read_text() for f in manifest["files"] if f.endswith(".ptx") and "ForwardSm100" in f)

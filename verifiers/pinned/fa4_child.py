@@ -15,6 +15,12 @@ cannot record a CUDA tensor's gradient); the backward is handed fake `out` and `
 Compatibility shim (kb's, not a patch of pinned files): `quack/__init__.py` imports its autotuner,
 which imports triton, absent from a CPU-only torch. The pinned code only imports quack submodules,
 so `quack` is registered as a bare package over the installed folder and its `__init__` is not run.
+The deterministic backward converts its semaphore tensors through torch's own `__dlpack__`, which asks
+`torch.cuda.current_device()`; a CPU-only torch raises there, so the child answers device 0, the device
+of every fake tensor it makes (the conversion itself, and the layout it yields, are the pinned code's).
+The persistent tile scheduler sizes its host-side grid from `cutlass.utils.HardwareInfo`, which asks the
+CUDA driver; there is none here, so a stand-in reports the task's SM count (the parent passes B200's from
+sources/hardware.yaml). It only bounds the launch grid, which a compile never launches.
 It answers one JSON line on stdout: seconds per phase.
 """
 
@@ -41,9 +47,20 @@ def main() -> None:
     task = json.loads(sys.stdin.read())
     _quack_without_init()
     t0 = time.perf_counter()
+    import cutlass.utils
     import flash_attn.cute.interface as fa
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class _HardwareInfo:  # see the module docstring: the SM count for the host-side grid, no driver
+        def __init__(self, device_id: int = 0) -> None:
+            self.device_id = device_id
+
+        def get_device_multiprocessor_count(self) -> int:
+            return int(task["sm_count"])
+
+    cutlass.utils.HardwareInfo = _HardwareInfo
+    torch.cuda.current_device = lambda: 0  # see the module docstring: the fake tensors live on cuda:0
 
     seconds = {"import": round(time.perf_counter() - t0, 2)}
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[task["dtype"]]

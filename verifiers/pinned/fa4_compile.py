@@ -193,9 +193,12 @@ def _dsl_version() -> str:
     return importlib.metadata.version("nvidia-cutlass-dsl")
 
 
-def compile_variant(clone: str, sha: str, variant: str, root: Path) -> tuple[Path, dict[str, Any]]:
-    """The variant's kept artifacts (compiled once per key); returns (folder, manifest)."""
-    knobs = VARIANTS[variant]
+def compile_variant(clone: str, sha: str, variant: str, root: Path, sm_count: int) -> tuple[Path, dict[str, Any]]:
+    """The variant's kept artifacts (compiled once per key); returns (folder, manifest).
+
+    `sm_count` is what the host-side grid sizing is told (there is no device to ask).
+    """
+    knobs = {**VARIANTS[variant], "sm_count": sm_count}
     root, deps = root.resolve(), deps_dir().resolve()  # the sandboxed child runs in another folder
     have = _installed(deps) if deps.is_dir() else {}
     want = {d.split("==")[0]: d.split("==")[1] for d in DEPS}
@@ -238,6 +241,14 @@ def compile_variant(clone: str, sha: str, variant: str, root: Path) -> tuple[Pat
     return out, {**manifest, "cached": False}
 
 
+def sm_count(ctx: Context) -> int:
+    """B200's SM count from the hardware sources (sm_100a is the B200/GB200 target)."""
+    hw = ctx.hardware.get("B200") or {}
+    if "sm_count" not in hw:
+        raise ValueError("no B200.sm_count in sources/ (hardware constants)")
+    return int(hw["sm_count"])
+
+
 def res_usage(cubin: Path) -> dict[str, int]:
     """REG/SHARED/STACK of the cubin's first function, as cuobjdump -res-usage reports them."""
     tool = find_tool("cuobjdump")
@@ -255,7 +266,7 @@ def fa4_sm100(p: Fa4Params, ctx: Context) -> Outcome:
     a, clone = _anchor(p, ctx)
     if not a["path"].startswith("flash_attn/cute/"):
         raise ValueError(f"anchor {p.anchor} cites {a['path']}, not a file of the FA4 tree flash_attn/cute/")
-    folder, manifest = compile_variant(clone, a["sha"], p.variant, _cache_root(ctx))
+    folder, manifest = compile_variant(clone, a["sha"], p.variant, _cache_root(ctx), sm_count(ctx))
     pattern = re.compile(KERNELS[p.kernel])
     chosen = sorted({Path(f).name.split(".")[0] for f in manifest["files"] if pattern.search(f)})
     if not chosen:
