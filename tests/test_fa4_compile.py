@@ -104,3 +104,11 @@ def test_pinned_forward_compile_matches_the_tuning_table(tmp_path: Path) -> None
     assert (m["setmaxnreg_inc"], m["setmaxnreg_dec"]) == ([192], [56, 72])
     assert m["tmem_alloc_columns"] == 512 and m["tcgen05_mma_2cta"] == 0
     assert m["ex2_emulated"] * 7 == m["mufu_ex2"] - 2  # 16 emulated : 112 on MUFU per softmax step; 2 MUFU elsewhere
+
+
+def test_mma_a_operand_source() -> None:
+    """kb's own listing lines: A from TMEM (the P@V form) vs A from an SMEM descriptor; a predicate is skipped."""
+    sass = ("        /*0100*/                   UTCHMMA tmem[UR4], gdesc[UR6], tmem[UR8], tmem[UR10], idesc[UR11], UPT ;\n"
+            "        /*0110*/              @P0   UTCHMMA.2CTA gdesc[UR12], gdesc[UR14], tmem[UR8], tmem[UR10], idesc[UR11], !UPT ;\n")
+    m = F.measure(sass, "")
+    assert (m["tcgen05_mma"], m["tcgen05_mma_2cta"], m["tcgen05_mma_a_tmem"], m["tcgen05_mma_a_smem"]) == (2, 1, 1, 1)

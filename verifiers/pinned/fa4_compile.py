@@ -165,6 +165,9 @@ def measure(sass: str, ptx: str, counts: list[str] = ()) -> dict[str, Any]:  # t
         "tcgen05_mma": c["UTCHMMA"],
         "tcgen05_mma_2cta": c["UTCHMMA.2CTA"],
         "tcgen05_mma_1cta": c["UTCHMMA"] - c["UTCHMMA.2CTA"],
+        # The A operand is the first: `UTCHMMA tmem[..], gdesc[..], ...` reads A from TMEM, `gdesc[..]` from SMEM.
+        "tcgen05_mma_a_tmem": len(re.findall(r"\bUTCHMMA(?:\.[A-Z0-9_]+)*\s+tmem\[", sass)),
+        "tcgen05_mma_a_smem": len(re.findall(r"\bUTCHMMA(?:\.[A-Z0-9_]+)*\s+gdesc\[", sass)),
         "tcgen05_commit": c["UTCBAR"],
         "tcgen05_ld": c["LDTM"],
         "tcgen05_st": c["STTM"],
