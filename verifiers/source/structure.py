@@ -720,6 +720,11 @@ def answer(p: StructureParams, tree: Tree, lo: int, hi: int) -> tuple[bool, str,
         if p.nth >= len(scoped):
             return False, f"only {len(scoped)} occurrence(s) of {desc} in lines {lo}-{hi}; nth {p.nth} is not there", {}
         scoped = [scoped[p.nth]]
+    lines_of = ", ".join(str(o.line) for o in scoped[:8]) + (" ..." if len(scoped) > 8 else "")
+    if p.nth is not None:
+        desc4 = f"{desc[4:]} number {p.nth} (0-based)"
+    else:
+        desc4 = desc[4:]
 
     if p.query == "condition":
         want = tokens(p.condition or "")
@@ -732,14 +737,14 @@ def answer(p: StructureParams, tree: Tree, lo: int, hi: int) -> tuple[bool, str,
             if not ok:
                 return False, (f"the innermost {p.of} around {desc} at line {o.line} has condition "
                                f"{' '.join(sc.text)!r}, not {p.condition!r}"), {}
-        return True, f"the innermost {p.of} around every {desc[4:]} (line {lines_of}) has condition {p.condition!r}", {}
+        return True, f"the innermost {p.of} around every {desc4} (line {lines_of}) has condition {p.condition!r}", {}
 
     if p.query == "result":
         for o in scoped:
             if o.used != p.used:
                 return False, f"the return value of {desc} at line {o.line} is {'used' if o.used else 'discarded'}", {}
         state = "used" if p.used else "discarded"
-        return True, f"the return value of every {desc[4:]} in lines {lo}-{hi} (line {lines_of}) is {state}", {}
+        return True, f"the return value of every {desc4} in lines {lo}-{hi} (line {lines_of}) is {state}", {}
 
     # argument
     for o in scoped:
@@ -756,7 +761,7 @@ def answer(p: StructureParams, tree: Tree, lo: int, hi: int) -> tuple[bool, str,
         if not ok:
             return False, f"{label} of {desc} at line {o.line} is {' '.join(got)!r}, not {p.value or p.contains!r}", {}
     return True, (f"{'template ' if p.template else ''}{'keyword ' + p.keyword if p.keyword else 'argument ' + str(p.arg)} of "
-                  f"every {desc[4:]} in lines {lo}-{hi} (line {lines_of}) "
+                  f"every {desc4} in lines {lo}-{hi} (line {lines_of}) "
                   f"{'is' if p.value is not None else 'contains'} {p.value or p.contains!r}"), {}
 
 
