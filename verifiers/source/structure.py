@@ -427,7 +427,11 @@ def parse_cpp(src: bytes) -> Tree:
                 o.args = [_code_tokens(a, blanked) for a in argl.named_children if a.type != "comment"]
             tnode = fnode
             while tnode is not None and tnode.type not in ("template_function", "template_method"):
-                tnode = tnode.child_by_field_name("name") or tnode.child_by_field_name("field")
+                # `obj.template f<T>(...)` wraps the template method in a dependent_name.
+                nxt = tnode.child_by_field_name("name") or tnode.child_by_field_name("field")
+                if nxt is None and tnode.type == "dependent_name" and tnode.named_children:
+                    nxt = tnode.named_children[0]
+                tnode = nxt
             if tnode is not None:
                 tl = tnode.child_by_field_name("arguments")
                 if tl is not None:
@@ -696,6 +700,7 @@ def answer(p: StructureParams, tree: Tree, lo: int, hi: int) -> tuple[bool, str,
             if p.nth >= len(allocc):
                 return False, f"only {len(allocc)} occurrence(s) of {desc} in lines {lo}-{hi}; nth {p.nth} is not there", {}
             allocc = [allocc[p.nth]]
+            lines_of = str(allocc[0].line)
         ins = [o for o in allocc if all(_inside(o, c) for c in p.within)]
         if p.query == "inside":
             out = [o for o in allocc if o not in ins]
