@@ -9,7 +9,8 @@ is compared) and the run (the hardware it ran on), never typed by hand:
   (`toolchain.compile`), an fp64 computation whose result is compared with
   the statement's number (a tile count, an order dependence), or the
   statement's own formula evaluated against an independent definition
-  (`math.identity`);
+  (`math.identity`), or a structural query over the pinned file's syntax tree
+  (`source.structure`: a call inside a loop or branch, an order, an argument);
 - `cited`: the pinned text (or its git metadata) contains what is claimed;
 - `restated`: arithmetic whose inputs all come from the statement or from
   constants the KB typed (`arith.eval`), a hand re-statement of pinned code
@@ -40,6 +41,8 @@ def grade(spec: Any, expect: dict[str, Any], hardware_class: str) -> tuple[str, 
         return "derived", "the pinned code compiled or executed"
     if spec.id == "toolchain.compile":
         return "derived", "the compiler's own output"
+    if spec.id == "source.structure":
+        return "derived", "a query over the pinned file's syntax tree"
     if spec.kind == "source-check":
         return "cited", "the pinned text contains what is claimed"
     if spec.id == "math.identity":
