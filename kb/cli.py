@@ -633,7 +633,10 @@ def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
 
 
 @cli.command()
-@click.option("--offline", is_flag=True, help="Use only local clones and caches; say what could not be checked.")
+@click.option("--online/--offline", default=False, show_default=True,
+              help="--online fetches upstream (git into kb's own cache under .kb/, GitHub, arXiv, web pages) and exits 3 "
+                   "if some of it cannot be checked; offline (the default) uses local clones and caches and lists "
+                   "what it could not check.")
 @click.option("--backend", type=click.Choice(["git", "http"]), default="git", show_default=True,
               help="How repositories are compared: local clone cache (git) or GitHub's REST API (http).")
 @click.option("--ref", "refs", multiple=True, metavar="[SOURCE=]REF",
@@ -644,11 +647,11 @@ def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
 @click.option("--record-web", is_flag=True, help="Fetch web sources that have no content hash and record it in sources/.")
 @click.option("--json", "as_json", is_flag=True, help="The audit result as JSON.")
 @click.pass_context
-def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
+def audit(ctx: click.Context, online: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
           as_json: bool) -> None:
     """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check).
 
-    Example: `kb audit --offline`
+    Offline unless --online. Example: `kb audit --online`
     """
     from kb.audit.run import run_audit
 
@@ -665,7 +668,7 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
     unknown = [s for s in ref_map if s != "*" and s not in known]
     if unknown:
         raise BadInput(f"--ref names source {unknown[0]!r}, which is not registered (see `kb sources`)")
-    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, refs=ref_map, write=write,
+    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=not online, backend=backend, refs=ref_map, write=write,
                        as_json=as_json))
 
 
@@ -813,18 +816,26 @@ def errata(ctx: click.Context, as_json: bool, output: Path | None) -> None:
 
 
 @cli.command()
+@click.option("--online", is_flag=True,
+              help="Without a local clone of the notes, fetch them from GitHub (exit 3 if that fails).")
 @click.option("--json", "as_json", is_flag=True, help="Coverage per note as JSON.")
 @click.pass_context
-def coverage(ctx: click.Context, as_json: bool) -> None:
+def coverage(ctx: click.Context, online: bool, as_json: bool) -> None:
     """Which sections of the pinned notes have claims; exit 1 if a checkable section has none.
+
+    Reads the local clone of the notes (`kb sources fetch fa-notes`); touches the network only with
+    --online. Without the notes here and without --online: exit 2, saying how to get them.
 
     Example: `kb coverage --json`
     """
-    from kb.audit.coverage import CoverageError
+    from kb.audit.coverage import CoverageError, NeedsNotes
     from kb.audit.coverage import coverage as run_coverage
 
     try:
-        files = run_coverage(_cfg(ctx), _index(ctx).db)
+        files = run_coverage(_cfg(ctx), _index(ctx).db, online=online)
+    except NeedsNotes as exc:
+        # Offline by choice: the notes are missing here, which the user fixes (exit 2), not a failed check.
+        raise BadInput(str(exc)) from None
     except CoverageError as exc:
         echo(f"coverage could not run: {exc}", err=True)
         ctx.exit(3)

@@ -7,8 +7,8 @@ import json
 import threading
 from pathlib import Path
 
-from kb.audit.http import HttpClient
 from kb.audit.record import record_web
+from kb.http import HttpClient
 from kb.records.loader import load_corpus
 from tests.conftest import claim, kb_subprocess, write_claims
 

@@ -8,6 +8,7 @@ and it imports nothing from the index package.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -23,6 +24,7 @@ from kb.records.binding import upstream_inputs
 from kb.records.loader import Corpus
 from kb.records.models import Run
 from kb.verify.evidence import Journal, latest_runs, write_batch
+from kb.verify.online import Prefetch, prefetch
 from kb.verify.plan import Plan, Task, make_plan
 from kb.verify.registry import VerifierSpec, load_verifiers
 from kb.verify.runner import execute
@@ -76,6 +78,7 @@ class VerifyResult:
     signal: int | None = None
     seconds: float = 0.0
     status_counts: dict[str, int] = field(default_factory=dict)
+    prefetch: Prefetch | None = None  # `--online`: the cited files kb fetched before the checks ran
 
     @property
     def cached(self) -> list[Run]:
@@ -134,8 +137,10 @@ def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (),
     """Plan the selected checks and, unless `plan_only`, run them and record the evidence.
 
     `progress`, given the number of checks about to run, returns the callback
-    called as each finishes. Finished runs are written even when interrupted (Ctrl-C): the evidence
-    files and the index stay consistent, and the result says so.
+    called as each finishes. With KB_ONLINE set (`kb verify --online`; the plan and the workers
+    read it too), cited files of sources without a clone are first fetched by kb's HTTP client.
+    Finished runs are written even when interrupted (Ctrl-C): the evidence files and the index stay
+    consistent, and the result says so.
     """
     start = time.perf_counter()
     corpus = index.corpus()
@@ -146,6 +151,8 @@ def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (),
     result = VerifyResult(plan=plan)
     if plan_only:
         return result
+    if os.environ.get("KB_ONLINE"):
+        result.prefetch = prefetch(cfg, plan.to_run, corpus, clones)
     tick = progress(len(plan.to_run)) if progress else None
     journal = Journal(cfg.root)
     lock = threading.Lock()
