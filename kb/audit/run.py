@@ -69,7 +69,7 @@ def load_anchors(db: sqlite_utils.Database) -> tuple[dict[str, Source], dict[str
     return sources, dict(by_source)
 
 
-def audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = True, backend: str = "git",
+def audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, backend: str = "git",
           refs: dict[str, str] | None = None) -> AuditReport:
     """Run every check and return the findings (writes nothing). `refs`: source id (or "*") -> ref to compare with."""
     refs = refs or {}
@@ -367,7 +367,7 @@ def stale_by_role(findings: list[Finding], sources: dict[str, Source]) -> tuple[
     return text(stale), text(info)
 
 
-def run_audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = True, backend: str = "git",
+def run_audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, backend: str = "git",
               refs: dict[str, str] | None = None, write: bool | None = None, as_json: bool = False) -> int:
     """`kb audit`: audit, carry the committed state forward, write it (unless a what-if), print the report.
 
