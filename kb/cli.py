@@ -398,8 +398,20 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
     if plan_only:
         _render_plan(result.plan, as_json)
         ctx.exit(0)
-    _render_verify(result, as_json)
+    _render_verify(result, as_json, _rerun_command(claim_ids, generations, topics, kinds, online))
     ctx.exit(result.exit_code)
+
+
+def _rerun_command(claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...],
+                   kinds: tuple[str, ...], online: bool) -> str:
+    """The `kb verify` that re-runs this selection here, reused results included (`--force`)."""
+    import shlex
+
+    args = ["kb", "verify", "--force"]
+    for flag, values in (("--claim", claim_ids), ("-g", generations), ("-t", topics), ("--kind", kinds)):
+        for v in values:
+            args += [flag, v]
+    return shlex.join(args + (["--online"] if online else []))
 
 
 @sources.command("fetch")
@@ -418,13 +430,11 @@ def sources_fetch(ctx: click.Context, ids: tuple[str, ...]) -> None:
                                 progress=lambda line: echo(line, err=True))
     except KeyError as exc:
         raise BadInput(f"source {exc.args[0]!r} is not registered (see `kb sources`)") from None
+    # Each failure was printed once, as it happened (with why); the summary names them only.
     failed = [r for r in results if not r.ok]
-    for r in failed:
-        echo(f"could not fetch {r.source}: {r.detail}" + (f" (missing {len(r.missing)} pin(s))" if r.missing else ""),
-                   err=True)
     ok = len(results) - len(failed)
-    echo(f"{ok} source(s) ready, {len(failed)} not" + ("; source checks for those will be skipped" if failed else ""),
-               err=True)
+    echo(f"{ok} source(s) ready, {len(failed)} not" + (f" ({', '.join(r.source for r in failed)}); the checks that "
+                                                       "read them will be skipped" if failed else ""), err=True)
     ctx.exit(3 if failed else 0)
 
 
@@ -486,7 +496,15 @@ def _render_plan(plan: Any, as_json: bool) -> None:
                f"{len(plan.skipped)} skipped", err=True)
 
 
-def _render_verify(result: Any, as_json: bool) -> None:
+def _span(origin: dict[str, Any]) -> str:
+    """A date range of recorded runs, one date when they share it."""
+    return origin["first"] if origin["first"] == origin["last"] else f"{origin['first']}..{origin['last']}"
+
+
+def _render_verify(result: Any, as_json: bool, rerun: str = "kb verify --force") -> None:
+    """The summary of a verify run: the status table on stdout; on stderr one line each for what was checked
+    here, what was reused from earlier evidence (hardware class, dates), what was skipped (every reason, with
+    counts), and the command that re-runs the reused checks here."""
     from collections import Counter
 
     if sys.stderr.isatty() and result.plan.to_run:
@@ -496,20 +514,42 @@ def _render_verify(result: Any, as_json: bool) -> None:
         return
     summary = result.summary()
     if as_json:
-        emit_json(summary)
+        emit_json({**summary, "rerun_command": rerun if summary["cached"] else None})
         return
     echo(table(sorted(result.status_counts.items()), ["status", "claims"]))
-    verdicts = summary["verdicts"]
-    echo(f"ran {summary['ran']}, cached {summary['cached']}, skipped {summary['skipped']}; "
-               + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + f"; {result.seconds:.1f} s", err=True)
-    for origin in summary["cached_from"]:
-        span = origin["first"] if origin["first"] == origin["last"] else f"{origin['first']}..{origin['last']}"
-        echo(f"reused {origin['runs']} result(s) recorded earlier on {origin['hardware_class']} ({span}); "
-                   "`kb verify --force` runs them here", err=True)
+    echo("statuses above: every claim's, from all evidence on record (this run's, earlier and imported runs)",
+         err=True)
+    new = Counter(r.verdict for r in result.new)
+    if summary["ran"]:
+        echo(f"checked here: {summary['ran']} check(s) ran on this machine ({', '.join(summary['ran_on'])}): "
+             + ", ".join(f"{k} {v}" for k, v in sorted(new.items())) + f"; {result.seconds:.1f} s", err=True)
+    else:
+        echo("checked here: nothing - no check ran on this machine", err=True)
+    if summary["cached"]:
+        origins = "; ".join(f"{o['runs']} on {o['hardware_class']} ({_span(o)})" for o in summary["cached_from"])
+        cached = Counter(r.verdict for r in result.cached)
+        echo(f"reused, not re-run: {summary['cached']} result(s) recorded earlier (committed or imported evidence): "
+             f"{origins}; " + ", ".join(f"{k} {v}" for k, v in sorted(cached.items())), err=True)
+    if summary["skipped"]:
+        reasons = summary["skipped_by_reason"]
+        echo(f"skipped: {summary['skipped']} check(s) this machine cannot run now, for {len(reasons)} reason(s):",
+             err=True)
+        width = len(str(reasons[0]["checks"]))
+        for r in reasons:
+            echo(f"  {r['checks']:>{width}}  {r['why']}", err=True)
+        if summary["skipped_recorded_elsewhere"]:
+            echo("  results on record for skipped checks, made elsewhere: "
+                 + "; ".join(f"{o['runs']} on {o['hardware_class']} ({_span(o)})"
+                             for o in summary["skipped_recorded_elsewhere"]), err=True)
+    else:
+        echo("skipped: none", err=True)
+    if result.prefetch is not None and result.prefetch.failed:
+        for where, why in sorted(result.prefetch.failed.items()):
+            echo(f"--online: could not fetch {where}: {why}", err=True)
     for cid in summary["refuted"]:
         echo(f"refuted: {cid}", err=True)
-    for why, n in Counter(w for *_, w in result.plan.skipped).most_common(5):
-        echo(f"skipped {n}: {why}", err=True)
+    if summary["cached"]:
+        echo(f"to check the {summary['cached']} reused result(s) on this machine: {rerun}", err=True)
 
 
 @cli.group()
