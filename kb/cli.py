@@ -517,7 +517,7 @@ def _render_verify(result: Any, as_json: bool, rerun: str = "kb verify --force")
         emit_json({**summary, "rerun_command": rerun if summary["cached"] else None})
         return
     echo(table(sorted(result.status_counts.items()), ["status", "claims"]))
-    echo("statuses above: every claim's, from all evidence on record (this run's, earlier and imported runs)",
+    echo("the status table counts every claim, from all evidence on record (this run's, earlier and imported runs)",
          err=True)
     new = Counter(r.verdict for r in result.new)
     if summary["ran"]:

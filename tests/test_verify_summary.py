@@ -58,7 +58,7 @@ def test_first_run_then_reuse_explain_themselves(project: Path) -> None:
                          err, re.M), err
     assert re.search(r"^  1  needs CUDA sm_\S+; this machine has no GPU$", err, re.M), err
     assert re.search(r"results on record for skipped checks, made elsewhere: \d+ on NVIDIA H200 sm_90 \(2026-", err)
-    assert "statuses above: every claim's, from all evidence on record" in err
+    assert "the status table counts every claim, from all evidence on record" in err
 
     again = kb_subprocess(project, "verify", "--json", env=NO_GPU)
     summary = json.loads(again.stdout)
