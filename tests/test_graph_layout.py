@@ -103,6 +103,9 @@ def test_labels_are_whole_and_nodes_focusable() -> None:
     assert len(re.findall(r'<a href="claims/', linked)) == 2
     plain = str(to_svg(g))
     assert plain.count('tabindex="0"') == 2  # without links the nodes still take the focus
+    heading = "a-section-heading-far-too-long-for-the-one-column-its-group-has"
+    grouped = str(to_svg(Graph({m: _node(m, heading) for m in g.nodes}, g.edges), group_by="section"))
+    assert f"<title>{heading}</title>" in grouped and "…</text>" in grouped  # cut on the drawing, whole on hover
 
 
 @pytest.fixture(scope="module")

@@ -185,6 +185,7 @@ class Layout:
     routes: list[list[tuple[float, float]]]
     width: float
     height: float
+    full_labels: dict[str, str] = field(default_factory=dict)  # group label as shown -> whole heading
 
 
 def layout(g: Graph, group_by: str | None = None) -> Layout:
@@ -245,6 +246,7 @@ def layout(g: Graph, group_by: str | None = None) -> Layout:
     top = PAD + GAP_Y / 2  # room above the first row for routes that leave a node upwards
     pos: dict[str, tuple[float, float]] = {}
     labels: list[tuple[str, float, float]] = []
+    shown: dict[str, str] = {}  # a section heading cut to its group's width (the whole one in its <title>)
     wrap_of: dict[str, int] = {}
     wraps: list[tuple[float, float]] = []  # (top, bottom) of each row of groups
     x, y, row_h = PAD + GAP_X, top, 0.0
@@ -258,14 +260,16 @@ def layout(g: Graph, group_by: str | None = None) -> Layout:
             wrap_of[n] = len(wraps)
         if group_by:
             room = max(8, int(w // 7))  # ~7 px per character at 12 px: keep the label over its own columns
-            labels.append((name if len(name) <= room else name[: room - 1] + "…", x, y + 14))
+            labels.append((name, x, y + 14))
+            shown[name] = name if len(name) <= room else name[: room - 1] + "…"
         x += w + 2 * GAP_X
         row_h = max(row_h, h)
     wraps.append((y, y + row_h))
     routes = [_route(k, a, b, chains.get(k), pos, wrap_of, wraps) for k, (a, b, _) in enumerate(g.edges)]
     width = max((px for px, _ in pos.values()), default=0) + NODE_W + PAD + GAP_X
     height = max((py for _, py in pos.values()), default=0) + NODE_H + GAP_Y / 2 + PAD
-    return Layout({n: p for n, p in pos.items() if n in g.nodes}, labels, routes, width, height)
+    return Layout({n: p for n, p in pos.items() if n in g.nodes}, [(shown[t], x, y) for t, x, y in labels], routes,
+                  width, height, {shown[t]: t for t, _, _ in labels})
 
 
 def _route(k: int, a: str, b: str, chain: list[str] | None, pos: dict[str, tuple[float, float]],
@@ -351,7 +355,8 @@ def to_svg(g: Graph, href: Any = None, group_by: str | None = None, title: str =
            f'height="{lay.height:.0f}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z"/></marker></defs>']
-    out += [f'<text class="group" x="{x:.0f}" y="{y:.0f}">{escape(name)}</text>' for name, x, y in lay.labels]
+    out += [f'<text class="group" x="{x:.0f}" y="{y:.0f}"><title>{escape(lay.full_labels.get(name, name))}</title>'
+            f'{escape(name)}</text>' for name, x, y in lay.labels]
     for (a, b, r), pts in zip(g.edges, lay.routes, strict=True):
         d = "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in pts)
         out.append(f'<path class="edge rel-{r}" d="{d}" marker-end="url(#arrow)"><title>{escape(a)} '
