@@ -23,18 +23,33 @@ TOUR: list[tuple[str, int, bool]] = [
     ("kb claims --generation FA2 --topic determinism --status verified 2>/dev/null", 8, False),
     ("kb show fa1.occ.d128-smem-bound-three-corrected 2>/dev/null | grep -v '^  [0-9]\\{4\\}'", 30, False),
     ("kb claims --rests-on refuted", 14, False),
+    ("kb verify -g fa1 -t determinism 2>&1 >/dev/null", 12, True),
     ("kb claims --strength restated -g fa4 --tsv 2>/dev/null | cut -f1,5,9", 6, False),
-    ("kb audit --offline --no-write 2>&1 | grep -E '^(source|flash-attention|fa-notes)|audited|exit 3'", 16, True),
+    ("kb audit --no-write 2>&1 | grep -E '^(source|flash-attention|fa-notes)|audited|offline audit|exit 3'", 17, True),
     ("kb repin flash-attention fa4-2026-07-28 --to 0251105a2fb1 2>&1 | grep -E 'changed upstream|advanced,|dry run'", 9,
      True),
 ]
 
 
 def run(command: str) -> str:
-    """Run one tour command in the repository, `kb` being this interpreter's kb; the README's cut of its output."""
+    """Run one tour command in the repository, `kb` being this interpreter's kb; the README's cut of its output.
+
+    The `kb verify` example shows a run that reuses committed evidence. Were any of its checks due to run
+    (evidence gone stale), running it would write evidence into the checkout: it is then not run, and the
+    output says so (the README comparison fails until the evidence is refreshed).
+    """
     # Piped, as here, a claim table is one line per claim; COLUMNS would wrap it (kb.render.fitted_table),
     # so the tour leaves it out and cuts the lines to WIDTH itself.
     env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, "PYTHONPATH": str(ROOT)}
+    if command.startswith("kb verify "):
+        import json
+        import shlex
+
+        plan = subprocess.run([sys.executable, "-m", "kb", *shlex.split(command.split(" 2>")[0])[1:], "--plan", "--json"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        due = [r["check"] for r in json.loads(plan.stdout or "[]") if r["action"] == "run"]
+        if due or plan.returncode:
+            return f"(not run: {len(due)} check(s) would run, e.g. {due[:3]}; refresh the evidence first)\n"
     shell = f'kb() {{ "{sys.executable}" -m kb "$@"; }}; {command}'
     out = subprocess.run(["bash", "-c", shell], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600).stdout
     return out

@@ -549,7 +549,7 @@ def verify(ctx: click.Context, claim_ids: tuple[str, ...], generations: tuple[st
     if plan_only:
         _render_plan(result.plan, as_json)
         ctx.exit(0)
-    _render_verify(result, as_json)
+    _render_verify(result, as_json, _rerun_command(claim_ids, generations, topics, kinds, online))
     ctx.exit(_verify_exit(result, idx, fail_on, base, base_file, claim_ids, generations, topics))
 
 
@@ -581,6 +581,18 @@ def _verify_exit(result: Any, idx: Any, fail_on: str, base: dict[str, str] | Non
     return 1 if worse else 0
 
 
+def _rerun_command(claim_ids: tuple[str, ...], generations: tuple[str, ...], topics: tuple[str, ...],
+                   kinds: tuple[str, ...], online: bool) -> str:
+    """The `kb verify` that re-runs this selection here, reused results included (`--force`)."""
+    import shlex
+
+    args = ["kb", "verify", "--force"]
+    for flag, values in (("--claim", claim_ids), ("-g", generations), ("-t", topics), ("--kind", kinds)):
+        for v in values:
+            args += [flag, v]
+    return shlex.join(args + (["--online"] if online else []))
+
+
 @sources.command("fetch")
 @click.argument("ids", nargs=-1)
 @click.pass_context
@@ -597,13 +609,11 @@ def sources_fetch(ctx: click.Context, ids: tuple[str, ...]) -> None:
                                 progress=lambda line: echo(line, err=True))
     except KeyError as exc:
         raise BadInput(f"source {exc.args[0]!r} is not registered (see `kb sources`)") from None
+    # Each failure was printed once, as it happened (with why); the summary names them only.
     failed = [r for r in results if not r.ok]
-    for r in failed:
-        echo(f"could not fetch {r.source}: {r.detail}" + (f" (missing {len(r.missing)} pin(s))" if r.missing else ""),
-                   err=True)
     ok = len(results) - len(failed)
-    echo(f"{ok} source(s) ready, {len(failed)} not" + ("; source checks for those will be skipped" if failed else ""),
-               err=True)
+    echo(f"{ok} source(s) ready, {len(failed)} not" + (f" ({', '.join(r.source for r in failed)}); the checks that "
+                                                       "read them will be skipped" if failed else ""), err=True)
     ctx.exit(3 if failed else 0)
 
 
@@ -665,7 +675,15 @@ def _render_plan(plan: Any, as_json: bool) -> None:
                f"{len(plan.skipped)} skipped", err=True)
 
 
-def _render_verify(result: Any, as_json: bool) -> None:
+def _span(origin: dict[str, Any]) -> str:
+    """A date range of recorded runs, one date when they share it."""
+    return origin["first"] if origin["first"] == origin["last"] else f"{origin['first']}..{origin['last']}"
+
+
+def _render_verify(result: Any, as_json: bool, rerun: str = "kb verify --force") -> None:
+    """The summary of a verify run: the status table on stdout; on stderr one line each for what was checked
+    here, what was reused from earlier evidence (hardware class, dates), what was skipped (every reason, with
+    counts), and the command that re-runs the reused checks here."""
     from collections import Counter
 
     if sys.stderr.isatty() and result.plan.to_run:
@@ -675,20 +693,42 @@ def _render_verify(result: Any, as_json: bool) -> None:
         return
     summary = result.summary()
     if as_json:
-        emit_json(summary)
+        emit_json({**summary, "rerun_command": rerun if summary["cached"] else None})
         return
     echo(table(sorted(result.status_counts.items()), ["status", "claims"]))
-    verdicts = summary["verdicts"]
-    echo(f"ran {summary['ran']}, cached {summary['cached']}, skipped {summary['skipped']}; "
-               + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + f"; {result.seconds:.1f} s", err=True)
-    for origin in summary["cached_from"]:
-        span = origin["first"] if origin["first"] == origin["last"] else f"{origin['first']}..{origin['last']}"
-        echo(f"reused {origin['runs']} result(s) recorded earlier on {origin['hardware_class']} ({span}); "
-                   "`kb verify --force` runs them here", err=True)
+    echo("the status table counts every claim, from all evidence on record (this run's, earlier and imported runs)",
+         err=True)
+    new = Counter(r.verdict for r in result.new)
+    if summary["ran"]:
+        echo(f"checked here: {summary['ran']} check(s) ran on this machine ({', '.join(summary['ran_on'])}): "
+             + ", ".join(f"{k} {v}" for k, v in sorted(new.items())) + f"; {result.seconds:.1f} s", err=True)
+    else:
+        echo("checked here: nothing - no check ran on this machine", err=True)
+    if summary["cached"]:
+        origins = "; ".join(f"{o['runs']} on {o['hardware_class']} ({_span(o)})" for o in summary["cached_from"])
+        cached = Counter(r.verdict for r in result.cached)
+        echo(f"reused, not re-run: {summary['cached']} result(s) recorded earlier (committed or imported evidence): "
+             f"{origins}; " + ", ".join(f"{k} {v}" for k, v in sorted(cached.items())), err=True)
+    if summary["skipped"]:
+        reasons = summary["skipped_by_reason"]
+        echo(f"skipped: {summary['skipped']} check(s) this machine cannot run now, for {len(reasons)} reason(s):",
+             err=True)
+        width = len(str(reasons[0]["checks"]))
+        for r in reasons:
+            echo(f"  {r['checks']:>{width}}  {r['why']}", err=True)
+        if summary["skipped_recorded_elsewhere"]:
+            echo("  results on record for skipped checks, made elsewhere: "
+                 + "; ".join(f"{o['runs']} on {o['hardware_class']} ({_span(o)})"
+                             for o in summary["skipped_recorded_elsewhere"]), err=True)
+    else:
+        echo("skipped: none", err=True)
+    if result.prefetch is not None and result.prefetch.failed:
+        for where, why in sorted(result.prefetch.failed.items()):
+            echo(f"--online: could not fetch {where}: {why}", err=True)
     for cid in summary["refuted"]:
         echo(f"refuted: {cid}", err=True)
-    for why, n in Counter(w for *_, w in result.plan.skipped).most_common(5):
-        echo(f"skipped {n}: {why}", err=True)
+    if summary["cached"]:
+        echo(f"to check the {summary['cached']} reused result(s) on this machine: {rerun}", err=True)
 
 
 @cli.group()
@@ -822,7 +862,10 @@ def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
 
 
 @cli.command()
-@click.option("--offline", is_flag=True, help="Use only local clones and caches; say what could not be checked.")
+@click.option("--online/--offline", default=False, show_default=True,
+              help="--online fetches upstream (git into kb's own cache under .kb/, GitHub, arXiv, web pages) and exits 3 "
+                   "if some of it cannot be checked; offline (the default) uses local clones and caches and lists "
+                   "what it could not check.")
 @click.option("--backend", type=click.Choice(["git", "http"]), default="git", show_default=True,
               help="How repositories are compared: local clone cache (git) or GitHub's REST API (http).")
 @click.option("--ref", "refs", multiple=True, metavar="[SOURCE=]REF",
@@ -833,11 +876,11 @@ def export_prov(ctx: click.Context, output: Path | None, base: str) -> None:
 @click.option("--record-web", is_flag=True, help="Fetch web sources that have no content hash and record it in sources/.")
 @click.option("--json", "as_json", is_flag=True, help="The audit result as JSON.")
 @click.pass_context
-def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
+def audit(ctx: click.Context, online: bool, backend: str, refs: tuple[str, ...], write: bool | None, record_web: bool,
           as_json: bool) -> None:
     """Check pinned sources for drift; mark affected claims stale (exit 1 drifted, 3 could not check).
 
-    Example: `kb audit --offline`
+    Offline unless --online. Example: `kb audit --online`
     """
     from kb.audit.run import run_audit
 
@@ -854,7 +897,7 @@ def audit(ctx: click.Context, offline: bool, backend: str, refs: tuple[str, ...]
     unknown = [s for s in ref_map if s != "*" and s not in known]
     if unknown:
         raise BadInput(f"--ref names source {unknown[0]!r}, which is not registered (see `kb sources`)")
-    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=offline, backend=backend, refs=ref_map, write=write,
+    ctx.exit(run_audit(_cfg(ctx), _index(ctx).db, offline=not online, backend=backend, refs=ref_map, write=write,
                        as_json=as_json))
 
 
@@ -1002,18 +1045,26 @@ def errata(ctx: click.Context, as_json: bool, output: Path | None) -> None:
 
 
 @cli.command()
+@click.option("--online", is_flag=True,
+              help="Without a local clone of the notes, fetch them from GitHub (exit 3 if that fails).")
 @click.option("--json", "as_json", is_flag=True, help="Coverage per note as JSON.")
 @click.pass_context
-def coverage(ctx: click.Context, as_json: bool) -> None:
+def coverage(ctx: click.Context, online: bool, as_json: bool) -> None:
     """Which sections of the pinned notes have claims; exit 1 if a checkable section has none.
+
+    Reads the local clone of the notes (`kb sources fetch fa-notes`); touches the network only with
+    --online. Without the notes here and without --online: exit 2, saying how to get them.
 
     Example: `kb coverage --json`
     """
-    from kb.audit.coverage import CoverageError
+    from kb.audit.coverage import CoverageError, NeedsNotes
     from kb.audit.coverage import coverage as run_coverage
 
     try:
-        files = run_coverage(_cfg(ctx), _index(ctx).db)
+        files = run_coverage(_cfg(ctx), _index(ctx).db, online=online)
+    except NeedsNotes as exc:
+        # Offline by choice: the notes are missing here, which the user fixes (exit 2), not a failed check.
+        raise BadInput(str(exc)) from None
     except CoverageError as exc:
         echo(f"coverage could not run: {exc}", err=True)
         ctx.exit(3)

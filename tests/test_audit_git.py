@@ -183,14 +183,15 @@ def test_clean_project_exits_zero(tmp_path: Path, repos: Repos) -> None:
 def test_offline_without_clone_is_unchecked_never_fresh(tmp_path: Path, repos: Repos) -> None:
     claims = [claim("t.clean.one", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
     root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes)})
-    res = _kb(root, "audit", "--offline", "--json")
-    doc = json.loads(res.stdout)
-    # A partial audit: exit 3, and the claim is not called unchanged.
-    assert res.exit_code == 3
-    assert doc["claims"]["t.clean.one"]["state"] == "unchecked"
-    [u] = [u for u in doc["unchecked"] if u["source"] == "code"]
-    assert "no local clone" in u["reason"] and "offline" in u["reason"]
-    assert "could not check 1 anchor(s) of code" in res.stderr
+    for args in (["audit", "--json"], ["audit", "--offline", "--json"]):  # offline is the default
+        res = _kb(root, *args)
+        doc = json.loads(res.stdout)
+        # Offline by choice: not a failure (exit 0, nothing drifted), but the claim is not called unchanged.
+        assert res.exit_code == 0, res.output
+        assert doc["claims"]["t.clean.one"]["state"] == "unchecked"
+        [u] = [u for u in doc["unchecked"] if u["source"] == "code"]
+        assert "no local clone" in u["reason"] and "offline" in u["reason"]
+        assert "could not check 1 anchor(s) of code" in res.stderr and "kb audit --online" in res.stderr
 
 
 def test_pin_missing_from_clone_is_exit_3_even_offline(tmp_path: Path, repos: Repos) -> None:
@@ -216,7 +217,7 @@ def test_fresh_clone_offline_without_clones_keeps_every_earlier_verdict(tmp_path
     (root / "kb.db").unlink()
     write_project(root, repos, drift_claims(repos), clones={}, tracking=["v1"])
     cfg, db = index(root)
-    assert run_audit(cfg, db, offline=True) == 3  # partial: says what it could not check
+    assert run_audit(cfg, db, offline=True) == 1  # the carried drift; offline gaps are listed, not exit 3
     second = json.loads((root / "evidence" / "audit" / "latest.json").read_text())
     assert set(second["drift"]) == set(first["drift"])
     for cid, entries in second["drift"].items():
@@ -229,7 +230,7 @@ def test_fresh_clone_offline_without_clones_keeps_every_earlier_verdict(tmp_path
     assert "not re-checked" in after["t.repo.edited"]["status_reason"]
     # A third run later still carries the original date, not the date of the run that could not check.
     cfg, db = index(root)
-    assert run_audit(cfg, db, offline=True) == 3
+    assert run_audit(cfg, db, offline=True) == 1
     third = json.loads((root / "evidence" / "audit" / "latest.json").read_text())
     assert third["drift"]["t.repo.edited"][0]["carried_from"] == first["checked_at"]
 
@@ -292,3 +293,58 @@ def test_commit_level_anchor_is_not_invalid(tmp_path: Path, repos: Repos) -> Non
     doc = json.loads(res.stdout)
     found = [f for f in doc["findings"] if f.get("claim_id") == "t.commit.level" and f.get("source") == "code"]
     assert found and found[0]["status"] == "unchanged", found
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released): a connection there is refused at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_online_audit_that_cannot_reach_upstream_exits_3_offline_does_not(tmp_path: Path, repos: Repos) -> None:
+    """No network in the test: upstream is a closed loopback port. Offline (the default) the configured clone
+    is audited and the audit succeeds; asked to check online, the failed fetch makes it partial (exit 3)."""
+    claims = [claim("t.k", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 1, 3))]
+    root = write_project(tmp_path / "proj", repos, claims, code_url=f"http://127.0.0.1:{_closed_port()}/acme/code")
+    offline = _kb(root, "audit", "--json")
+    assert offline.exit_code == 0, offline.output
+    assert json.loads(offline.stdout)["offline"] is True
+    online = _kb(root, "audit", "--online", "--json")
+    assert online.exit_code == 3, online.output
+    f = next(f for f in json.loads(online.stdout)["findings"] if f["claim_id"] == "t.k" and f["source"] == "code")
+    assert f["status"] == "unchecked" and "git fetch" in f["detail"]
+
+
+def _refs(repo: Path) -> str:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
+
+
+def test_online_audit_never_writes_into_the_users_clone(tmp_path: Path, repos: Repos) -> None:
+    """A real upstream repository and a real clone of it named in kb.local.toml: the online audit fetches
+    upstream's new head into kb's own repository under .kb/audit-git/, and the user's clone keeps every ref,
+    its objects and its config as they were."""
+    user = tmp_path / "user-clone"
+    subprocess.run(["git", "clone", "--quiet", str(repos.code), str(user)], check=True, capture_output=True)
+    before = (_refs(user), sorted(p.name for p in (user / ".git" / "objects").rglob("*")),
+              (user / ".git" / "config").read_text())
+    upstream_head = commit_tree(repos.code, {"README": "upstream moves on\n"}, "upstream moves on")
+    claims = [claim("t.k", repo_anchor(KERNEL_PIN, "src/kernel.cu", repos.pin, 20, 21))]
+    root = write_project(tmp_path / "proj", repos, claims, clones={"fa-notes": str(repos.notes), "code": str(user)},
+                         code_url=str(repos.code))
+    cfg, db = index(root)
+    report = audit(cfg, db, offline=False)
+    f = _by_claim(report.findings, "code")["t.k"]
+    assert f.head == upstream_head  # the head came from upstream, which the user's clone has not seen
+    own = root / ".kb" / "audit-git" / "code.git"
+    assert git(own, "rev-parse", audit_git.UPSTREAM_HEAD).strip() == upstream_head
+    after = (_refs(user), sorted(p.name for p in (user / ".git" / "objects").rglob("*")),
+             (user / ".git" / "config").read_text())
+    assert after == before
+    assert upstream_head not in _refs(user)
+    # Offline afterwards: the head fetched last time is read from kb's repository, still without touching the clone.
+    report = audit(cfg, db, offline=True)
+    assert _by_claim(report.findings, "code")["t.k"].head == upstream_head
+    assert (_refs(user), (user / ".git" / "config").read_text()) == (before[0], before[2])

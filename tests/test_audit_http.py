@@ -321,7 +321,7 @@ def test_offline_http_backend_says_what_it_skipped(tmp_path: Path, upstream: Fak
 
 def test_rate_limit_blocks_only_its_own_host(tmp_path: Path) -> None:
     """GitHub's exhausted quota must not stall requests to another host."""
-    from kb.audit.http import FetchError, HttpClient
+    from kb.http import FetchError, HttpClient
 
     class Resp:
         def __init__(self, status: int, headers: dict[str, str]) -> None:

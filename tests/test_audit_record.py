@@ -7,8 +7,8 @@ import json
 import threading
 from pathlib import Path
 
-from kb.audit.http import HttpClient
 from kb.audit.record import record_web
+from kb.http import HttpClient
 from kb.records.loader import load_corpus
 from tests.conftest import claim, kb_subprocess, write_claims
 
@@ -43,7 +43,7 @@ def test_record_then_audit_detects_change(project: Path) -> None:
         assert load_corpus(project).sources["test-page"].content_sha256
 
         def page_finding() -> dict:
-            res = kb_subprocess(project, "audit", "--json", env={"KB_HTTP_TIMEOUT": "2", "KB_HTTP_RETRIES": "0"})
+            res = kb_subprocess(project, "audit", "--online", "--json", env={"KB_HTTP_TIMEOUT": "2", "KB_HTTP_RETRIES": "0"})
             doc = json.loads(res.stdout)
             return next(f for f in doc["findings"] if f.get("source") == "test-page")
 

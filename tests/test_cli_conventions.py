@@ -73,8 +73,9 @@ def test_verify_says_which_results_it_reused(project: Path) -> None:
     first = json.loads(kb_subprocess(project, "verify", "--json").stdout)
     assert first["ran"] >= 2 and first["cached_from"] == []
     again = kb_subprocess(project, "verify")
-    assert f"ran 0, cached {first['ran']}" in again.stderr
-    assert f"reused {first['ran']} result(s) recorded earlier on cpu (" in again.stderr
+    assert "checked here: nothing - no check ran on this machine" in again.stderr
+    assert f"reused, not re-run: {first['ran']} result(s) recorded earlier (committed or imported evidence): " \
+           f"{first['ran']} on cpu (" in again.stderr
     info = json.loads(kb_subprocess(project, "verify", "--json").stdout)["cached_from"]
     assert [(o["hardware_class"], o["runs"]) for o in info] == [("cpu", first["ran"])]
 

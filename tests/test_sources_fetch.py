@@ -80,7 +80,10 @@ def test_unreachable_and_missing_pins_exit_3_and_keep_going(project: Path, tmp_p
     res = _fetch(project, "gone", "ok", "fine")
     assert res.returncode == 3
     assert "could not fetch gone" in res.stderr and "could not fetch ok" in res.stderr and "missing 1 pin" in res.stderr
-    assert "1 source(s) ready, 2 not" in res.stderr
+    assert "1 source(s) ready, 2 not (gone, ok)" in res.stderr
+    # Each failure once, with its reason: the progress line is the only place it is told.
+    assert res.stderr.count("could not fetch gone") == 1 and res.stderr.count("could not fetch ok") == 1
+    assert res.stderr.count("127.0.0.1:9") == 1
     assert not (project / ".kb" / "clones" / "gone.git").exists()  # no half clone under the real name
     bad = _fetch(project, "nope")
     assert bad.returncode == 2 and "not registered" in bad.stderr

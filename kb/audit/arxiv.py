@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from kb.audit.http import FetchError, HttpClient
+from kb.http import FetchError, HttpClient
 
 _ATOM = "{http://www.w3.org/2005/Atom}"
 _ABS = re.compile(r"/abs/(.+)v(\d+)$")

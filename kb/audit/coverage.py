@@ -1,8 +1,8 @@
 """Coverage: which sections of the pinned notes have claims, and which are skipped on purpose.
 
-Reads the notes at their pinned commit (a local clone, else GitHub's raw
-files over HTTPS), takes every `##` and `###` heading, and counts a section
-covered when a claim anchors it or one of its sub-headings. Sections that
+Reads the notes at their pinned commit from a local clone (only with `kb
+coverage --online` from GitHub's raw files, through kb's HTTP client), takes
+every `##` and `###` heading, and counts a section covered when a claim anchors it or one of its sub-headings. Sections that
 state nothing checkable are listed in `docs/coverage-allowlist.yaml` with a
 reason; anything else uncovered is reported. The slide decks beside the notes
 (`docs/slides/*.html`) are counted the same way, per slide: covered when a
@@ -11,6 +11,7 @@ claim anchors it, allow-listed under `slides:` with a reason, else missing.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,18 +38,28 @@ class FileCoverage:
 
 
 class CoverageError(RuntimeError):
-    """The notes could not be read."""
+    """The notes could not be read (online: a network fault; offline: a clone without the pin)."""
+
+
+class NeedsNotes(CoverageError):
+    """The notes at the pin are not here (no clone with the pin, nothing cached) and not asked for online."""
 
 
 def _read_notes(cfg: Config, src: Source, paths: list[str], folder: str = "docs/notes",
-                suffix: str = ".md") -> dict[str, str]:
+                suffix: str = ".md", *, online: bool = False) -> dict[str, str]:
+    """The note files (or decks) at the pinned commit: from a local clone, else GitHub's raw files.
+
+    The raw files are read through kb's HTTP client: online, fetched (and cached for good: content at a
+    full SHA never changes); offline, only what that cache already holds.
+    """
     clone = cfg.clones.get(src.id) or next((str(p) for p in (cfg.clone_cache / src.id, cfg.clone_cache / f"{src.id}.git")
                                              if p.exists()), None)
     out: dict[str, str] = {}
     if clone:
         with GitRepo(clone) as repo:
             if not repo.has_commit(src.commit or ""):
-                raise CoverageError(f"{clone} does not contain the pinned commit {src.commit}")
+                raise NeedsNotes(f"{clone} does not contain the pinned commit {src.commit}"
+                                    f" (run `kb sources fetch {src.id}`)")
             if not paths:
                 paths = [p for p in repo.git("ls-tree", "-r", "--name-only", src.commit or "", folder).split()
                          if p.endswith(suffix)]
@@ -57,18 +68,26 @@ def _read_notes(cfg: Config, src: Source, paths: list[str], folder: str = "docs/
                 if blob is not None:
                     out[p] = blob.decode("utf-8")
         return out
-    import requests  # only when no local clone: the network path
+    from kb.http import FetchError, HttpClient, cache_dir
 
+    client = HttpClient(cache_dir(cfg.root))
     owner_repo = (src.repo or "").removeprefix("https://github.com/")
+    base = os.environ.get("KB_RAW_BASE", "https://raw.githubusercontent.com").rstrip("/")
     for p in paths:
-        url = f"https://raw.githubusercontent.com/{owner_repo}/{src.commit}/{p}"
+        url = f"{base}/{owner_repo}/{src.commit}/{p}"
+        if not online:
+            body = client.cached(url, "*/*")
+            if body is None:
+                raise NeedsNotes(f"no local clone of {src.id} and {p} is not in the HTTP cache: run "
+                                 f"`kb sources fetch {src.id}`, name a clone in kb.local.toml ([clones] {src.id}), "
+                                 "or pass --online")
+            out[p] = body.decode("utf-8")
+            continue
         try:
-            resp = requests.get(url, timeout=20)
-        except requests.RequestException as exc:
-            raise CoverageError(f"cannot fetch {url}: {exc} (configure a local clone of {src.id})") from exc
-        if resp.status_code != 200:
-            raise CoverageError(f"{url} answered {resp.status_code}")
-        out[p] = resp.text
+            out[p] = client.get(url, "*/*", immutable=True).text()
+        except FetchError as exc:
+            raise CoverageError(f"cannot fetch {p} at {(src.commit or '')[:12]}: {exc} "
+                                f"(or configure a local clone of {src.id})") from exc
     return out
 
 
@@ -78,13 +97,17 @@ def note_paths(db: sqlite_utils.Database, folder: str = "docs/notes") -> list[st
                                                 "WHERE s.kind = 'notes' AND a.path LIKE ?", [f"{folder}/%"])})
 
 
-def coverage(cfg: Config, db: sqlite_utils.Database) -> list[FileCoverage]:
-    """Per note file: covered, allow-listed, structural-only and missing sections."""
+def coverage(cfg: Config, db: sqlite_utils.Database, *, online: bool = False) -> list[FileCoverage]:
+    """Per note file: covered, allow-listed, structural-only and missing sections.
+
+    Reads a local clone; without one, GitHub's raw files only when `online` (else the HTTP cache, or
+    NeedsNotes).
+    """
     rows = list(db.query("SELECT id, json FROM sources WHERE kind = 'notes'"))
     if not rows:
         raise CoverageError("no notes source is registered")
     src = Source.model_validate_json(rows[0]["json"])
-    texts = _read_notes(cfg, src, [] if cfg.clones.get(src.id) else note_paths(db))
+    texts = _read_notes(cfg, src, [] if cfg.clones.get(src.id) else note_paths(db), online=online)
     anchored: dict[str, set[str]] = {}
     for r in db.query("SELECT path, heading FROM anchors WHERE source = ?", [src.id]):
         anchored.setdefault(r["path"], set()).add(r["heading"])
@@ -111,15 +134,16 @@ def coverage(cfg: Config, db: sqlite_utils.Database) -> list[FileCoverage]:
             else:
                 fc.missing.append(sec.slug)
         out.append(fc)
-    return out + _slide_coverage(cfg, db, src, allow)
+    return out + _slide_coverage(cfg, db, src, allow, online=online)
 
 
-def _slide_coverage(cfg: Config, db: sqlite_utils.Database, src: Source, allow: dict) -> list[FileCoverage]:
+def _slide_coverage(cfg: Config, db: sqlite_utils.Database, src: Source, allow: dict, *,
+                    online: bool = False) -> list[FileCoverage]:
     """Per deck: slides a claim anchors, slides allow-listed under `slides:`, the rest missing."""
     from kb.pinned.slides import slides
 
     decks = _read_notes(cfg, src, [] if cfg.clones.get(src.id) else note_paths(db, "docs/slides"),
-                        folder="docs/slides", suffix=".html")
+                        folder="docs/slides", suffix=".html", online=online)
     anchored: dict[str, set[int]] = {}
     for r in db.query("SELECT path, slide FROM anchors WHERE source = ? AND slide IS NOT NULL", [src.id]):
         anchored.setdefault(r["path"], set()).add(int(r["slide"]))

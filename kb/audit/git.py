@@ -3,7 +3,10 @@
 Per repository the audit spends one `git cat-file --batch` process (head and
 pin resolution, every blob read), one `git diff --raw -M` per pin (git's rename
 detection), at most one `git grep` for all symbols that need a search, and,
-online, one `git fetch` (or `git clone --bare` the first time).
+online, one `git fetch` (or `git clone --bare` the first time). Online fetches
+land in kb's own repositories: the clone cache (.kb/clones/), or, for a clone the
+user named in kb.local.toml, .kb/audit-git/<id>.git borrowing that clone's objects;
+the user's clone is never written.
 """
 
 from __future__ import annotations
@@ -66,6 +69,42 @@ def clone_dir(cfg: Config, source_id: str) -> Path:
     return (cfg.clone_cache or cfg.root / ".kb" / "clones") / f"{source_id}.git"
 
 
+def fetch_dir(cfg: Config, source_id: str) -> Path:
+    """kb's own repository that online audits fetch into when the source's clone is the user's (kb.local.toml).
+
+    A bare repository under .kb/audit-git/ that borrows the user's objects (`objects/info/alternates`),
+    so only what upstream has beyond that clone is downloaded, and the user's clone is only read: no ref,
+    object or config of it is ever written.
+    """
+    return cfg.root / ".kb" / "audit-git" / f"{source_id}.git"
+
+
+def _objects_dir(clone: Path) -> Path | None:
+    """The object folder of a clone (bare or not, worktrees included), or None when it is not a git repository."""
+    res = _git(clone, "rev-parse", "--path-format=absolute", "--git-common-dir", timeout=60)
+    if res.returncode != 0:
+        return None
+    return Path(res.stdout.decode().strip()) / "objects"
+
+
+def _overlay(cfg: Config, source_id: str, clone: Path) -> Path:
+    """kb's fetch repository over the user's clone (created on first use); raises Unchecked when it cannot be."""
+    path = fetch_dir(cfg, source_id)
+    objects = _objects_dir(clone)
+    if objects is None or not objects.is_dir():
+        raise Unchecked(f"{clone} (kb.local.toml [clones] {source_id}) is not a git repository")
+    if not (path / "HEAD").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        res = _git(path.parent, "init", "--bare", "--quiet", str(path), timeout=60)
+        if res.returncode != 0:
+            raise Unchecked(f"git init {path} failed: {res.stderr.decode(errors='replace').strip()[-300:]}")
+    # Rewritten every time: the user may have moved the clone named in kb.local.toml.
+    alternates = path / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(f"{objects}\n")
+    return path
+
+
 def _timeout() -> float:
     return float(os.environ.get("KB_GIT_TIMEOUT", "600"))
 
@@ -76,7 +115,10 @@ class GitSource(RepoSide):
     def __init__(self, source: Source, cfg: Config, *, offline: bool, ref: str | None) -> None:
         super().__init__(source, offline=offline, ref=ref)
         self.url = source.url or source.repo or ""
+        self.cfg = cfg
         self.path = clone_dir(cfg, source.id)
+        # The user's own clone (kb.local.toml / KB_CLONE_*) is read, never fetched into.
+        self.users = source.id in cfg.clones
         self._repo: _BatchRepo | None = None
         self._missing: set[str] = set()
 
@@ -84,6 +126,10 @@ class GitSource(RepoSide):
     def open(self) -> None:
         """Find (or, online, create and fetch) the clone and resolve the head; raises Unchecked."""
         fetched = False
+        if self.users and not self.path.exists():
+            # Never created for the user: the path they named is theirs.
+            raise Unchecked(f"the clone named for {self.source.id} (kb.local.toml or KB_CLONE_*) does not exist: "
+                            f"{self.path}", offline=self.offline)
         if not self.path.exists():
             if self.offline:
                 raise Unchecked(f"no local clone at {self.path} (offline; set [clones] {self.source.id} in kb.local.toml)",
@@ -92,6 +138,14 @@ class GitSource(RepoSide):
             res = _git(self.path.parent, "clone", "--bare", "--quiet", self.url, str(self.path), timeout=_timeout())
             if res.returncode != 0:
                 raise Unchecked(f"git clone {self.url} failed: {res.stderr.decode(errors='replace').strip()[-300:]}")
+        user_clone = self.path if self.users else None
+        if self.users and self.path.exists():
+            overlay = fetch_dir(self.cfg, self.source.id)
+            if not self.offline:
+                self.path = _overlay(self.cfg, self.source.id, self.path)
+            elif not self.ref and _has_ref(overlay, UPSTREAM_HEAD):
+                # Offline: the head the last online audit fetched (into kb's repository) is the best known.
+                self.path = _overlay(self.cfg, self.source.id, self.path)
         if not self.offline:
             fetched = self._fetch()
         self._repo = _BatchRepo(self.path)
@@ -101,6 +155,9 @@ class GitSource(RepoSide):
             names = [UPSTREAM_HEAD] if fetched else [UPSTREAM_HEAD, "refs/remotes/origin/HEAD", "HEAD"]
         for name in names:
             sha = self._repo.resolve(name)
+            if sha is None and user_clone is not None and user_clone != self.path and name != UPSTREAM_HEAD:
+                # kb's repository has no branches of its own: the user's clone's, read only (its objects are shared).
+                sha = _rev(user_clone, name)
             if sha:
                 self.head, self.head_ref = sha, name
                 break
@@ -213,6 +270,15 @@ class GitSource(RepoSide):
         """Stop the batch process."""
         if self._repo is not None:
             self._repo.close()
+
+
+def _rev(gitdir: Path, name: str) -> str | None:
+    res = _git(gitdir, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}", timeout=60)
+    return res.stdout.decode().strip() or None if res.returncode == 0 else None
+
+
+def _has_ref(gitdir: Path, ref: str) -> bool:
+    return (gitdir / "HEAD").exists() and _git(gitdir, "rev-parse", "--verify", "--quiet", ref, timeout=60).returncode == 0
 
 
 def _parse_raw(out: bytes) -> dict[str, Change]:

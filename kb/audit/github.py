@@ -19,8 +19,8 @@ import re
 from urllib.parse import quote
 
 from kb.audit.classify import Change, PinDiff
-from kb.audit.http import FetchError, HttpClient, NotFound, Response
 from kb.audit.model import RepoSide, Unchecked
+from kb.http import FetchError, HttpClient, NotFound, Response
 from kb.records.models import Source
 
 GITHUB_FILES_CAP = 300

@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kb.audit.http import FetchError, HttpClient
+from kb.http import FetchError, HttpClient, cache_dir
 from kb.records.loader import load_corpus
 from kb.records.models import Source
 
@@ -54,7 +54,7 @@ def record_web(root: Path, client: HttpClient | None = None, only_missing: bool 
     if client is None:
         from kb.audit.github import api_base
 
-        client = HttpClient(root / ".kb" / "http-cache", auth_base=api_base())
+        client = HttpClient(cache_dir(root), auth_base=api_base())
     corpus = load_corpus(root)
     day = datetime.now(UTC).date().isoformat()
     out: list[tuple[str, str]] = []

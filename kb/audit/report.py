@@ -96,6 +96,9 @@ def print_report(report: Any, states: dict[str, dict[str, Any]], stale: dict[str
     if code == 3:
         click.echo("exit 3: partial audit, some checks could not run (listed above); their earlier verdicts are kept, "
                    "nothing unchecked is reported unchanged", err=True)
+    elif report.offline and any(f.offline for f in report.findings if f.status == "unchecked"):
+        click.echo("offline audit (the default): what needs the network is listed above as not checked, its earlier "
+                   "verdicts kept; `kb audit --online` checks it (exit 3 if it cannot)", err=True)
 
 
 def _print_diffs(findings: list[Finding]) -> None:

@@ -8,8 +8,9 @@ content changed becomes stale through `evidence/audit/latest.json`, which
 kb.audit_state hands to the status derivation.
 
 Nothing is reported unchanged that was not checked: what could not be checked
-is listed as unchecked with the reason, and makes the exit code 3 unless the
-reason is only --offline. Drift found by an earlier audit is carried over for
+is listed as unchecked with the reason. Offline is the default: what only the
+network could check is listed and does not fail the audit; with --online,
+anything left unchecked makes the exit code 3. Drift found by an earlier audit is carried over for
 anchors that could not be re-checked now, so going offline never freshens a
 claim.
 """
@@ -30,11 +31,11 @@ from kb.audit.arxiv import newest_versions
 from kb.audit.classify import PendingSymbol, classify_notes, classify_repo_deferred, settle_symbols
 from kb.audit.git import SPAWNED, GitSource
 from kb.audit.github import GitHubSource, api_base
-from kb.audit.http import HttpClient
 from kb.audit.model import AnchorRef, Finding, Unchecked
 from kb.audit.state import drift_path, full_path
 from kb.audit.web import check_page
 from kb.config import Config
+from kb.http import HttpClient, cache_dir
 from kb.records.models import Anchor, Source
 
 
@@ -76,7 +77,7 @@ def audit(cfg: Config, db: sqlite_utils.Database, *, offline: bool = False, back
     spawned0 = SPAWNED["count"]
     report = AuditReport(datetime.now(UTC).isoformat(timespec="seconds"), offline, backend, refs or None)
     sources, by_source = load_anchors(db)
-    client = None if offline else HttpClient(cfg.root / ".kb" / "http-cache", auth_base=api_base())
+    client = None if offline else HttpClient(cache_dir(cfg.root), auth_base=api_base())
     papers: list[Source] = []
     web_status: dict[str, tuple[str, str, bool]] = {}
     for sid in sorted(by_source):
@@ -274,9 +275,21 @@ def claim_states(findings: list[Finding]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def missed(f: Finding, offline: bool) -> bool:
+    """True when this finding makes the audit partial (exit 3).
+
+    Offline (the default), what only the network could check (no clone fetched, arXiv, web pages) is
+    listed as not checked but is the choice made, not a failure; a fault in local data (a clone that
+    lacks a pin, a git error) still is. Online, anything not checked is.
+    """
+    if not (f.status == "unchecked" or "not_rechecked" in f.extra):
+        return False
+    return not (offline and f.offline)
+
+
 def exit_code(report: AuditReport) -> int:
-    """3 when anything could not be checked (offline included: the audit is partial), else 1 on drift, else 0."""
-    if any(f.status == "unchecked" or "not_rechecked" in f.extra for f in report.findings):
+    """3 when something could not be checked that should have been (see `missed`), else 1 on drift, else 0."""
+    if any(missed(f, report.offline) for f in report.findings):
         return 3
     return 1 if any(f.drifted for f in report.findings) else 0
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 
-from kb.audit.http import FetchError, HttpClient, NotFound
 from kb.audit.model import Unchecked
+from kb.http import FetchError, HttpClient, NotFound
 from kb.records.models import Source
 
 

@@ -5,12 +5,15 @@ way) or a group (the claims anchored in one note), `to_json` writes node-link
 JSON that graph libraries load (networkx `node_link_graph(data, edges="edges")`),
 `to_dot` writes Graphviz text, and `to_svg` lays the graph out here, at build
 time, with no external tool: layers by dependency depth (a premise below what
-rests on it), order within a layer by the barycentre of neighbours, one column
-group per note section when asked. Every node links to its claim page.
+rests on it), dummy nodes where an edge spans several rows, order within a layer
+by the barycentre of neighbours, one column group per note section when asked,
+and orthogonal edge routes through the free space between nodes, so no edge
+crosses a node. Every node links to its claim page and names itself in full.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -168,84 +171,216 @@ def _barycentre(n: str, nbrs: dict[str, list[str]], index: dict[str, int], layer
     return sum(ks) / len(ks) if ks else index[n]
 
 
-GROUP_ROW_W = 1400  # wrap column groups into rows about this wide, so a note's graph is not one endless strip
+GROUP_ROW_W = 1100  # wrap column groups into rows this wide (the site's content width at 1440 px), not one strip
+LABEL_LINE = 31  # characters per label line at 10 px in a NODE_W box; two lines hold every id up to 62
+LABEL_ONE = 28  # the most characters one line at 11 px holds
 
 
-def layout(g: Graph, group_by: str | None = None) -> tuple[dict[str, tuple[float, float]], list[tuple[str, float, float]]]:
-    """Top-left corner of each node, and (label, x, y) of each group: layered, barycentre-ordered, groups packed in rows."""
+@dataclass
+class Layout:
+    """Where everything goes: node corners, group labels, one orthogonal route (points) per edge, the size."""
+
+    pos: dict[str, tuple[float, float]]
+    labels: list[tuple[str, float, float]]
+    routes: list[list[tuple[float, float]]]
+    width: float
+    height: float
+    full_labels: dict[str, str] = field(default_factory=dict)  # group label as shown -> whole heading
+
+
+def layout(g: Graph, group_by: str | None = None) -> Layout:
+    """Layered layout with dummy nodes and orthogonal edge routes that never cross a node box.
+
+    Within a group (a note section, a generation) claims sit in rows by dependency depth and columns of
+    one grid; an edge spanning more than one row gets a dummy node in each row between, which takes a
+    column slot like a claim (so the barycentre sweeps order it too) and which the edge passes through.
+    Edges run only through the free bands between rows, the gaps between columns, the corridors between
+    rows of groups and the left margin, so no edge segment crosses a node box (tests/test_graph.py).
+    """
     layer = _layers(g)
     groups: dict[str, list[str]] = defaultdict(list)
     for n, d in g.nodes.items():
         groups[str(d.get(group_by) or "") if group_by else ""].append(n)
+    group_of = {n: name for name, ms in groups.items() for n in ms}
+    # Dummy nodes: per edge inside one group, one for every row of that group strictly between its ends.
+    levels_of = {name: sorted({layer[n] for n in ms}, reverse=True) for name, ms in groups.items()}
+    chains: dict[int, list[str]] = {}
+    members: dict[str, list[str]] = {name: sorted(ms) for name, ms in groups.items()}
+    dummy_layer: dict[str, int] = {}
+    for k, (a, b, _) in enumerate(g.edges):
+        if a == b or group_of[a] != group_of[b] or layer[a] <= layer[b]:
+            continue  # across groups, or not downward (a cycle of disagrees_with): routed through the gaps
+        between = [lv for lv in levels_of[group_of[a]] if layer[b] < lv < layer[a]]
+        ids = [f"\0{k}:{lv}" for lv in between]  # NUL: no claim id can look like one
+        for d, lv in zip(ids, between, strict=True):
+            dummy_layer[d] = lv
+            members[group_of[a]].append(d)
+        chains[k] = [a, *ids, b]
+    level = {**layer, **dummy_layer}
     nbrs: dict[str, list[str]] = defaultdict(list)
-    for a, b, _ in g.edges:
-        nbrs[a].append(b)
-        nbrs[b].append(a)
+    for k, (a, b, _) in enumerate(g.edges):
+        chain = chains.get(k, [a, b])
+        for u, v in itertools.pairwise(chain):
+            nbrs[u].append(v)
+            nbrs[v].append(u)
     label_h = 22 if group_by else 0
-    boxes = []  # (label, {node: (dx, dy)}, w, h)
-    for name, members in sorted(groups.items()):
+    boxes = []  # (label, {node: (dx, dy)}, w, h, {node: row index})
+    for name in sorted(members):
         rows: dict[int, list[str]] = defaultdict(list)
-        for n in sorted(members):
-            rows[layer[n]].append(n)
+        for n in members[name]:
+            rows[level[n]].append(n)
         index = {n: i for row in rows.values() for i, n in enumerate(row)}
         for _sweep in range(4):  # barycentre sweeps, bottom-up then top-down
             for lv in (sorted(rows) if _sweep % 2 == 0 else sorted(rows, reverse=True)):
-                rows[lv].sort(key=lambda n: (_barycentre(n, nbrs, index, layer), n))
+                rows[lv].sort(key=lambda n: (_barycentre(n, nbrs, index, level), n))
                 index.update({n: i for i, n in enumerate(rows[lv])})
         levels = sorted(rows, reverse=True)  # this group's own levels, top first: no empty bands
-        rel = {}
+        rel, row_of = {}, {}
         for k, lv in enumerate(levels):
             for i, n in enumerate(rows[lv]):
                 rel[n] = (i * (NODE_W + GAP_X), label_h + k * (NODE_H + GAP_Y))
+                row_of[n] = k
         w = max(len(r) for r in rows.values()) * (NODE_W + GAP_X) - GAP_X
         h = label_h + len(levels) * (NODE_H + GAP_Y) - GAP_Y
-        boxes.append((name, rel, w, h))
+        boxes.append((name, rel, w, h, row_of))
+    top = PAD + GAP_Y / 2  # room above the first row for routes that leave a node upwards
     pos: dict[str, tuple[float, float]] = {}
     labels: list[tuple[str, float, float]] = []
-    x, y, row_h = PAD, PAD, 0.0
-    limit = max([GROUP_ROW_W] + [w for _, _, w, _ in boxes])
-    for name, rel, w, h in boxes:
-        if x > PAD and x + w > limit + PAD:
-            x, y, row_h = PAD, y + row_h + GAP_Y, 0.0
-        pos.update({n: (x + dx, y + dy) for n, (dx, dy) in rel.items()})
+    shown: dict[str, str] = {}  # a section heading cut to its group's width (the whole one in its <title>)
+    wrap_of: dict[str, int] = {}
+    wraps: list[tuple[float, float]] = []  # (top, bottom) of each row of groups
+    x, y, row_h = PAD + GAP_X, top, 0.0
+    limit = max([GROUP_ROW_W] + [w for _, _, w, _, _ in boxes])
+    for name, rel, w, h, _ in boxes:
+        if x > PAD + GAP_X and x + w > limit + PAD:
+            wraps.append((y, y + row_h))
+            x, y, row_h = PAD + GAP_X, y + row_h + GAP_Y, 0.0
+        for n, (dx, dy) in rel.items():
+            pos[n] = (x + dx, y + dy)
+            wrap_of[n] = len(wraps)
         if group_by:
             room = max(8, int(w // 7))  # ~7 px per character at 12 px: keep the label over its own columns
-            labels.append((name if len(name) <= room else name[: room - 1] + "…", x, y + 14))
+            labels.append((name, x, y + 14))
+            shown[name] = name if len(name) <= room else name[: room - 1] + "…"
         x += w + 2 * GAP_X
         row_h = max(row_h, h)
-    return pos, labels
+    wraps.append((y, y + row_h))
+    routes = [_route(k, a, b, chains.get(k), pos, wrap_of, wraps) for k, (a, b, _) in enumerate(g.edges)]
+    width = max((px for px, _ in pos.values()), default=0) + NODE_W + PAD + GAP_X
+    height = max((py for _, py in pos.values()), default=0) + NODE_H + GAP_Y / 2 + PAD
+    return Layout({n: p for n, p in pos.items() if n in g.nodes}, [(shown[t], x, y) for t, x, y in labels], routes,
+                  width, height, {shown[t]: t for t, _, _ in labels})
+
+
+def _route(k: int, a: str, b: str, chain: list[str] | None, pos: dict[str, tuple[float, float]],
+           wrap_of: dict[str, int], wraps: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points of edge k from a's border to b's, every segment horizontal or vertical in free space."""
+    # Edges sharing a band or a gap are spread a little apart (within a quarter of the band, a third of the gap).
+    dy, dx = ((k % 5) - 2) * GAP_Y / 12, ((k % 3) - 1) * GAP_X / 6
+    cx = {n: p[0] + NODE_W / 2 for n, p in pos.items()}
+
+    def below(n: str) -> float:  # the free band under n's row
+        return pos[n][1] + NODE_H + GAP_Y / 2 + dy
+
+    def above(n: str) -> float:  # the free band over n's row
+        return pos[n][1] - GAP_Y / 2 + dy
+
+    if chain is not None:  # same group: a is above b; straight down through the dummies' slots
+        pts = [(cx[a], pos[a][1] + NODE_H)]
+        for u, v in itertools.pairwise(chain):
+            band = below(u)
+            pts += [(pts[-1][0], band), (cx[v] if v == b else cx[v] + dx, band)]
+        return [*pts, (cx[b], pos[b][1])]
+    down = (wrap_of[b], pos[b][1]) > (wrap_of[a], pos[a][1])
+    start = (cx[a], pos[a][1] + (NODE_H if down else 0))
+    end = (cx[b], pos[b][1] + (0 if down else NODE_H))
+    band_a = below(a) if down else above(a)
+    band_b = above(b) if down else below(b)
+    # The gap beside b's column on the side facing a: free in every row of b's group.
+    gap_b = pos[b][0] + (NODE_W + GAP_X / 2 if cx[a] > cx[b] else -GAP_X / 2) + dx
+    pts = [start, (start[0], band_a)]
+    if wrap_of[a] != wrap_of[b]:
+        # Leave a's row of groups by the gap beside a, along the corridor between rows of groups, and, when
+        # b's row of groups is not the next one, down (or up) the left margin to the corridor beside it.
+        gap_a = pos[a][0] + NODE_W + GAP_X / 2 + dx
+        wa, wb = wraps[wrap_of[a]], wraps[wrap_of[b]]
+        corridor_a = (wa[1] + GAP_Y / 2 + dy) if down else (wa[0] - GAP_Y / 2 + dy)
+        corridor_b = (wb[0] - GAP_Y / 2 + dy) if down else (wb[1] + GAP_Y / 2 + dy)
+        pts += [(gap_a, band_a), (gap_a, corridor_a)]
+        if abs(wrap_of[a] - wrap_of[b]) > 1:
+            margin = PAD / 2 + (k % 4) * GAP_X / 8  # several edges down the margin: side by side, not one line
+            pts += [(margin, corridor_a), (margin, corridor_b)]
+        pts += [(gap_b, pts[-1][1] if abs(wrap_of[a] - wrap_of[b]) == 1 else corridor_b)]
+    elif band_a != band_b or abs(cx[a] - cx[b]) > 0:
+        pts += [(gap_b, band_a)]
+    pts += [(gap_b, band_b), (end[0], band_b), end]
+    return _simplify(pts)
+
+
+def _simplify(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Drop repeated points and the middle one of three in a line."""
+    out: list[tuple[float, float]] = []
+    for p in pts:
+        if out and out[-1] == p:
+            continue
+        if len(out) >= 2 and (out[-2][0] == out[-1][0] == p[0] or out[-2][1] == out[-1][1] == p[1]):
+            out[-1] = p
+            continue
+        out.append(p)
+    return out
+
+
+def label_lines(n: str) -> list[str]:
+    """A claim id in one or two lines of at most LABEL_LINE characters, broken after a '.' or '-'.
+
+    Only an id longer than two lines is cut (with '…'); the node's <title> and aria-label carry it whole.
+    """
+    if len(n) <= LABEL_ONE:
+        return [n]
+    cut = max(n.rfind(c, 0, LABEL_LINE) for c in ".-_")
+    cut = cut + 1 if cut > 0 else LABEL_LINE
+    rest = n[cut:]
+    return [n[:cut], rest if len(rest) <= LABEL_LINE else rest[: LABEL_LINE - 1] + "…"]
 
 
 def to_svg(g: Graph, href: Any = None, group_by: str | None = None, title: str = "claim graph",
            highlight: str | None = None) -> Markup:
-    """Inline SVG of the graph; `href(claim_id)` gives each node's link."""
-    pos, labels = layout(g, group_by)
-    width = max((x for x, _ in pos.values()), default=0) + NODE_W + PAD
-    height = max((y for _, y in pos.values()), default=0) + NODE_H + PAD
-    out = [f'<svg class="graph" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
-           f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+    """Inline SVG of the graph; `href(claim_id)` gives each node's link.
+
+    Every node is focusable (a link, or tabindex=0 without one) and names itself in full: the id in one
+    or two lines on the box, and id, status and statement in its <title> (hover) and aria-label (focus).
+    """
+    lay = layout(g, group_by)
+    out = [f'<svg class="graph" viewBox="0 0 {lay.width:.0f} {lay.height:.0f}" width="{lay.width:.0f}" '
+           f'height="{lay.height:.0f}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
            'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z"/></marker></defs>']
-    out += [f'<text class="group" x="{x:.0f}" y="{y:.0f}">{escape(name)}</text>' for name, x, y in labels]
-    for a, b, r in g.edges:
-        (xa, ya), (xb, yb) = pos[a], pos[b]
-        x1, y1 = xa + NODE_W / 2, ya + (NODE_H if yb > ya else 0)
-        x2, y2 = xb + NODE_W / 2, yb + (0 if yb > ya else NODE_H)
-        mid = (y1 + y2) / 2
-        out.append(f'<path class="edge rel-{r}" d="M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} '
-                   f'{x2:.0f},{y2:.0f}" marker-end="url(#arrow)"><title>{escape(a)} {r.replace("_", " ")} '
-                   f'{escape(b)}</title></path>')
+    out += [f'<text class="group" x="{x:.0f}" y="{y:.0f}"><title>{escape(lay.full_labels.get(name, name))}</title>'
+            f'{escape(name)}</text>' for name, x, y in lay.labels]
+    for (a, b, r), pts in zip(g.edges, lay.routes, strict=True):
+        d = "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+        out.append(f'<path class="edge rel-{r}" d="{d}" marker-end="url(#arrow)"><title>{escape(a)} '
+                   f'{r.replace("_", " ")} {escape(b)}</title></path>')
     for n, d in g.nodes.items():
-        x, y = pos[n]
-        label = n if len(n) <= 28 else n[:27] + "…"
+        x, y = lay.pos[n]
+        lines = label_lines(n)
         tip = f"{n}: {d['status']}; rests on {d.get('rests_on') or 'nothing'}. {d.get('statement', '')[:200]}"
-        node = (f'<g class="node st-{escape(d["status"])} rest-{escape(d.get("rests_on") or "none")}'
-                f'{" focus" if n == highlight else ""}"><title>{escape(tip)}</title>'
-                f'<rect x="{x:.0f}" y="{y:.0f}" width="{NODE_W}" height="{NODE_H}" rx="6"/>'
-                f'<text x="{x + NODE_W / 2:.0f}" y="{y + NODE_H / 2:.0f}" text-anchor="middle" '
-                f'dominant-baseline="central">{escape(label)}</text></g>')
+        cls = f'node st-{escape(d["status"])} rest-{escape(d.get("rests_on") or "none")}{" focus" if n == highlight else ""}'
+        mid = y + NODE_H / 2
+        if len(lines) == 1:
+            text = (f'<text x="{x + NODE_W / 2:.0f}" y="{mid:.0f}" text-anchor="middle" '
+                    f'dominant-baseline="central">{escape(n)}</text>')
+        else:
+            text = (f'<text class="two" x="{x + NODE_W / 2:.0f}" y="{mid:.0f}" text-anchor="middle" '
+                    f'dominant-baseline="central">'
+                    + "".join(f'<tspan x="{x + NODE_W / 2:.0f}" y="{mid + off:.0f}">{escape(t)}</tspan>'
+                              for t, off in zip(lines, (-6.5, 6.5), strict=True)) + "</text>")
+        body = f'<title>{escape(tip)}</title><rect x="{x:.0f}" y="{y:.0f}" width="{NODE_W}" height="{NODE_H}" rx="6"/>{text}'
         link = href(n) if href else None
-        out.append(f'<a href="{escape(link)}">{node}</a>' if link else node)
+        if link:
+            out.append(f'<a href="{escape(link)}" aria-label="{escape(tip)}"><g class="{cls}">{body}</g></a>')
+        else:
+            out.append(f'<g class="{cls}" tabindex="0" aria-label="{escape(tip)}">{body}</g>')
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -257,6 +392,8 @@ def graph_text(g: Graph, fmt: str) -> str:
     if fmt == "dot":
         return to_dot(g)
     style = ("<style>.node rect{fill:#6e7781;stroke:#57606a;stroke-width:3}.node text{font:11px sans-serif;fill:#fff}"
+             ".node text.two{font-size:10px}.node:focus{outline:none}.node:focus rect,a:focus .node rect{stroke:#0550ae;"
+             "stroke-width:5}"
              ".st-verified rect{fill:#1a7f37}.st-refuted rect{fill:#cf222e}.st-stale rect{fill:#9a6700}"
              ".st-needs-hardware rect{fill:#0969da}.st-inconclusive rect{fill:#8250df}.st-review-only rect{fill:#d0d7de}"
              ".st-review-only text{fill:#1f2328}.rest-refuted rect{stroke:#cf222e;stroke-dasharray:5 3}"

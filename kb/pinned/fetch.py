@@ -116,6 +116,13 @@ def fetch_sources(cfg: Config, sources: dict[str, Source], ids: list[str] | None
             progress(f"{src.id}: fetching {len(src.pinned_shas())} pin(s) ...")
         out.append(fetch_source(cfg, src))
         if progress:
-            r = out[-1]
-            progress(f"{src.id}: {r.action}" + (f" ({r.detail})" if r.detail else ""))
+            progress(describe(out[-1]))
     return out
+
+
+def describe(r: FetchResult) -> str:
+    """One line for one source's outcome (a failure says why and how many pins are missing)."""
+    if not r.ok:
+        return (f"could not fetch {r.source}: {r.detail or r.action}"
+                + (f" (missing {len(r.missing)} pin(s))" if r.missing else ""))
+    return f"{r.source}: {r.action}" + (f" ({r.detail})" if r.detail else "")

@@ -8,6 +8,7 @@ and it imports nothing from the index package.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -23,6 +24,7 @@ from kb.records.binding import upstream_inputs
 from kb.records.loader import Corpus
 from kb.records.models import Run
 from kb.verify.evidence import Journal, latest_runs, write_batch
+from kb.verify.online import Prefetch, prefetch
 from kb.verify.plan import Plan, Task, make_plan
 from kb.verify.registry import VerifierSpec, load_verifiers
 from kb.verify.runner import execute
@@ -76,6 +78,9 @@ class VerifyResult:
     signal: int | None = None
     seconds: float = 0.0
     status_counts: dict[str, int] = field(default_factory=dict)
+    prefetch: Prefetch | None = None  # `--online`: the cited files kb fetched before the checks ran
+    # The latest run on record of each skipped check, per hardware class (GPU checks measured elsewhere).
+    recorded_elsewhere: list[Run] = field(default_factory=list)
 
     @property
     def cached(self) -> list[Run]:
@@ -93,8 +98,16 @@ class VerifyResult:
             "errors": [{"check": f"{r.claim_id}#{r.check_index}", "reason": r.reason}
                        for r in all_runs if r.verdict == "error"],
             "skips": [{"check": f"{c}#{i}", "verifier": v, "why": w} for c, i, v, w in self.plan.skipped],
+            "skipped_by_reason": self.skipped_by_reason(),
             "cached_from": self.cached_from(),
+            "skipped_recorded_elsewhere": self.skipped_recorded(),
+            "ran_on": sorted({r.hardware_class for r in self.new}),
         }
+
+    def skipped_by_reason(self) -> list[dict[str, Any]]:
+        """Every reason a check was skipped, with how many checks it kept from running (most first)."""
+        counts = Counter(w for *_, w in self.plan.skipped)
+        return [{"why": why, "checks": n} for why, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
     def cached_from(self) -> list[dict[str, Any]]:
         """Where reused results were recorded: per hardware class, how many and the dates they span.
@@ -102,11 +115,11 @@ class VerifyResult:
         On a fresh clone every result can be reused from committed evidence made
         on other machines; saying so keeps "verified" from reading as "ran here".
         """
-        groups: dict[str, list[str]] = {}
-        for r in self.cached:
-            groups.setdefault(r.hardware_class, []).append(r.started)
-        return [{"hardware_class": hc, "runs": len(ds), "first": min(ds)[:10], "last": max(ds)[:10]}
-                for hc, ds in sorted(groups.items())]
+        return _origins(self.cached)
+
+    def skipped_recorded(self) -> list[dict[str, Any]]:
+        """Skipped checks that have results on record from other machines: per hardware class, count and dates."""
+        return _origins(self.recorded_elsewhere)
 
     @property
     def exit_code(self) -> int:
@@ -117,6 +130,14 @@ class VerifyResult:
         if s["errors"]:
             return 3
         return 1 if s["refuted"] else 0
+
+
+def _origins(runs: list[Run]) -> list[dict[str, Any]]:
+    groups: dict[str, list[str]] = {}
+    for r in runs:
+        groups.setdefault(r.hardware_class, []).append(r.started)
+    return [{"hardware_class": hc, "runs": len(ds), "first": min(ds)[:10], "last": max(ds)[:10]}
+            for hc, ds in sorted(groups.items())]
 
 
 def _install(handlers: dict[Any, Any]) -> dict[Any, Any]:
@@ -134,18 +155,24 @@ def verify(cfg: Config, index: IndexHandle, claim_ids: Iterable[str] = (),
     """Plan the selected checks and, unless `plan_only`, run them and record the evidence.
 
     `progress`, given the number of checks about to run, returns the callback
-    called as each finishes. Finished runs are written even when interrupted (Ctrl-C): the evidence
-    files and the index stay consistent, and the result says so.
+    called as each finishes. With KB_ONLINE set (`kb verify --online`; the plan and the workers
+    read it too), cited files of sources without a clone are first fetched by kb's HTTP client.
+    Finished runs are written even when interrupted (Ctrl-C): the evidence files and the index stay
+    consistent, and the result says so.
     """
     start = time.perf_counter()
     corpus = index.corpus()
     registry = load_verifiers(cfg.verifiers_dir)
     selected = select_claims(corpus, claim_ids, generation, topic)
     clones = clone_paths(cfg, corpus)
-    plan = make_plan(corpus, selected, registry, latest_runs(index.runs()), clones, force, kinds)
-    result = VerifyResult(plan=plan)
+    latest = latest_runs(index.runs())
+    plan = make_plan(corpus, selected, registry, latest, clones, force, kinds)
+    skipped = {(c, i) for c, i, *_ in plan.skipped}
+    result = VerifyResult(plan=plan, recorded_elsewhere=[r for (c, i, _), r in latest.items() if (c, i) in skipped])
     if plan_only:
         return result
+    if os.environ.get("KB_ONLINE"):
+        result.prefetch = prefetch(cfg, plan.to_run, corpus, clones)
     tick = progress(len(plan.to_run)) if progress else None
     journal = Journal(cfg.root)
     lock = threading.Lock()

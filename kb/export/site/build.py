@@ -283,14 +283,13 @@ def read_previous(previous: str | None) -> tuple[str | None, str | None]:
     if not previous:
         return None, None
     if previous.startswith("https://"):
-        import requests
+        from kb.http import FetchError, HttpClient
 
         try:
-            resp = requests.get(previous, timeout=20)
-            resp.raise_for_status()
-        except requests.RequestException as exc:
+            # kb's one client (retries, gzip); nothing cached: the published index changes with every push.
+            return HttpClient(None).get(previous, keep=False).text(), None
+        except FetchError as exc:
             return None, f"previous export not reachable ({exc})"
-        return resp.text, None
     return Path(previous).read_text(encoding="utf-8"), None
 
 

@@ -1,4 +1,11 @@
-"""A careful HTTP GET for the audit: ETag cache on disk, rate limits, bounded retries.
+"""kb's one HTTP client: ETag cache on disk, rate limits, bounded retries, compressed bodies.
+
+Every network read kb makes goes through `HttpClient`: the audit (GitHub, arXiv, web pages),
+`kb coverage --online` (the notes at their pin), `kb verify --online` (cited files at a SHA, fetched
+before the workers start) and `kb export site --previous URL`.
+
+- Bodies sent with `Content-Encoding: gzip` or `deflate` are decoded; Content-Length counts the
+  encoded bytes, so a body is truncated only when fewer encoded bytes arrive than it announced.
 
 - Conditional requests: a cached ETag / Last-Modified is sent back, and a 304
   reuses the cached body (GitHub does not count 304s against the rate limit).
@@ -27,6 +34,15 @@ from urllib.parse import urlsplit
 
 import requests
 
+# What the client asks for and decodes (urllib3 decodes both; brotli only if its optional module is present,
+# so it is not offered).
+ACCEPT_ENCODING = "gzip, deflate"
+
+
+def cache_dir(root: Path) -> Path:
+    """The client's cache folder for a project: $KB_HTTP_CACHE (relative to the project), else .kb/http-cache."""
+    return root / os.environ.get("KB_HTTP_CACHE", str(Path(".kb") / "http-cache"))
+
 
 class FetchError(Exception):
     """The resource could not be fetched; the message says why, in one line."""
@@ -44,6 +60,13 @@ class Response:
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
     cached: bool = False
+
+    def text(self) -> str:
+        """The body as UTF-8 text; FetchError when it is not."""
+        try:
+            return self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FetchError(f"body is not UTF-8 ({len(self.body)} bytes): {exc}") from None
 
     def json(self) -> object:
         """The body as JSON; FetchError when it is not."""
@@ -63,7 +86,7 @@ def _env_float(name: str, default: float) -> float:
 class HttpClient:
     """GET with an on-disk ETag cache, rate-limit handling and bounded retries."""
 
-    def __init__(self, cache_dir: Path, *, auth_base: str | None = None,
+    def __init__(self, cache_dir: Path | None, *, auth_base: str | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.cache_dir = cache_dir
         self.auth_base = auth_base.rstrip("/") if auth_base else None
@@ -73,13 +96,15 @@ class HttpClient:
         self.max_wait = _env_float("KB_HTTP_MAX_WAIT", 60.0)
         self.sleep = sleep
         self.session = requests.Session()
-        self.session.headers["User-Agent"] = "kb-audit (FlashAttention claims knowledge base)"
+        self.session.headers["User-Agent"] = "kb (FlashAttention claims knowledge base)"
+        self.session.headers["Accept-Encoding"] = ACCEPT_ENCODING
         self.stats = {"requests": 0, "not_modified": 0, "cache_hits": 0, "retries": 0}
         # An exhausted quota blocks only its own host: GitHub's limit must not stall arXiv or a vendor page.
         self._blocked_until: dict[str, float] = {}
 
     # -- cache ----------------------------------------------------------------
     def _key(self, url: str, accept: str) -> Path:
+        assert self.cache_dir is not None
         return self.cache_dir / (hashlib.sha256(f"{url}\n{accept}".encode()).hexdigest() + ".json")
 
     def _load(self, url: str, accept: str) -> dict | None:
@@ -96,11 +121,19 @@ class HttpClient:
         rec = {"url": url, "accept": accept, "etag": resp.headers.get("ETag"),
                "last_modified": resp.headers.get("Last-Modified"), "stored_at": time.time(),
                "body_b64": base64.b64encode(body).decode()}
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        path = self._key(url, accept)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path = self._key(url, accept)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec))
         tmp.replace(path)
+
+    def cached(self, url: str, accept: str = "application/json") -> bytes | None:
+        """The body an earlier GET of url stored, without any request (offline reads); None if none."""
+        if self.cache_dir is None:
+            return None
+        hit = self._load(url, accept)
+        return hit["body"] if hit is not None else None
 
     # -- request ----------------------------------------------------------------
     def _headers(self, url: str, accept: str, cached: dict | None) -> dict[str, str]:
@@ -122,9 +155,14 @@ class HttpClient:
                              f"(over KB_HTTP_MAX_WAIT={self.max_wait:.0f}) for {_short(url)}")
         self.sleep(max(0.0, seconds))
 
-    def get(self, url: str, accept: str = "application/json", *, immutable: bool = False) -> Response:
-        """GET url; raises NotFound on 404 and FetchError on anything else that is not a body."""
-        cached = self._load(url, accept)
+    def get(self, url: str, accept: str = "application/json", *, immutable: bool = False,
+            keep: bool = True) -> Response:
+        """GET url; raises NotFound on 404 and FetchError on anything else that is not a body.
+
+        `keep=False`: neither read nor write the ETag cache (the caller keeps the body itself).
+        """
+        keep = keep and self.cache_dir is not None  # a client made without a cache folder keeps nothing
+        cached = self._load(url, accept) if keep else None
         if cached is not None and immutable:
             self.stats["cache_hits"] += 1
             return Response(200, cached["body"], cached=True)
@@ -138,11 +176,13 @@ class HttpClient:
             try:
                 self.stats["requests"] += 1
                 resp = self.session.get(url, headers=self._headers(url, accept, cached), timeout=self.timeout)
-                body = resp.content  # raises on a body shorter than its Content-Length
+                # Decoded per Content-Encoding; raises when fewer (encoded) bytes arrive than Content-Length says.
+                body = resp.content
             except requests.Timeout:
                 last = f"timed out after {self.timeout:g} s"
-            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError,
-                    requests.exceptions.ContentDecodingError) as exc:
+            except requests.exceptions.ContentDecodingError:
+                last = "body truncated or not valid for its Content-Encoding"
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
                 last = "connection dropped or body truncated" if "IncompleteRead" in str(exc) or isinstance(
                     exc, requests.exceptions.ChunkedEncodingError) else f"connection failed ({type(exc).__name__})"
             else:
@@ -151,7 +191,8 @@ class HttpClient:
                     self.stats["not_modified"] += 1
                     return Response(200, cached["body"], dict(resp.headers), cached=True)
                 if resp.status_code == 200:
-                    self._store(url, accept, resp, body)
+                    if keep:
+                        self._store(url, accept, resp, body)
                     return Response(200, body, dict(resp.headers))
                 if resp.status_code == 404:
                     raise NotFound(f"HTTP 404 for {_short(url)}")
