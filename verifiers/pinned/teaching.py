@@ -64,6 +64,8 @@ class TeachingParams(Params):
     batch: int = Field(default=1, ge=1, le=4)
     heads: int = Field(default=2, ge=1, le=8)
     tol: float = Field(default=1e-4, gt=0)  # an input fails when its max abs error exceeds this
+    # memory: the exponent of peak bytes vs N that still counts as "about linear" (N^2 gives 2).
+    max_exponent: float = Field(default=1.2, gt=0)
     seed: int = 0
 
     @field_validator("seqlens", "head_dims")
@@ -144,6 +146,7 @@ def _outcome(p: TeachingParams, a: dict[str, Any], out: dict[str, Any], device: 
                        f"rel {r['max_rel_err']:.3e} ({r['worst_tensor']})")
     elif p.measure == "memory":
         meas["memory_exponent"] = (out["memory_exponent"], "")
+        meas["within_exponent"] = (out["memory_exponent"] <= p.max_exponent, "")
         meas["peak_bytes"] = ([r["peak_bytes"] for r in out["rows"]], "bytes")
         log += [f"n={r['n']} peak {r['peak_bytes']} B (numpy {r['numpy_peak']}, torch {r['torch_peak']})" for r in out["rows"]]
         log.append(f"exponent of peak vs N: {out['memory_exponent']:.3f}")
