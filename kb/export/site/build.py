@@ -62,6 +62,7 @@ from kb.export.site.data import (
     source_links,
 )
 from kb.export.site.svg import Bar, stacked_bars, value_bars
+from kb.export.site.teaching import write_teaching
 from kb.fsutil import replaced_dir
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
@@ -368,4 +369,4 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, env: Environm
             hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
                                      highlight=c["id"]))
         out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data))
-    return len(pages) + len(keep)
+    return len(pages) + len(keep) + write_teaching(env, data, out)  # the learner pages (kb/export/site/teaching.py)
