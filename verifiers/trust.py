@@ -38,6 +38,10 @@ EXECUTABLE_PINS = frozenset({
     ("flash-attention", "849f660f73b176e5ad5670e7f822c7fa9f3eaf8b"),  # fa4-2026-07-28
     ("flash-attention", "d7e4dba3e568106b0f1b6323b07c1272f53679b3"),  # large-d-2026-08-06
     ("cutlass", "319a389f42b776fae5701afcb943fc03be5b5c25"),  # fa1-v1.0.9-submodule
+    # The teaching implementations on the notes author's list (code.teaching-run, verifiers/pinned/teaching.py).
+    ("mog9-flashattention-cupy", "e15108108b363ec04d8e802df10de0d54dd89a4f"),  # main-2026-03-06
+    ("peterr0-flashattention-pytorch", "353e9c379b42965dac584c6b444de757adea0ed4"),  # main-2025-12-15
+    ("gitctrlx-flash-attention-tutorial", "8611ee0d1e7ebff7ac92ebbb0080d20ee9c8c24e"),  # main-2025-10-23
 })
 
 

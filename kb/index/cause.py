@@ -3,6 +3,8 @@
 A refutation is a claim about someone's work, so it carries its cause:
 
 - `note` / `deck`: the notes or a slide deck assert what the evidence contradicts (a finding);
+- `source`: another source on the notes author's list (a teaching repository's README or code) asserts
+  what the evidence contradicts (a finding about that source, not about the notes: not in `kb errata`);
 - `not-reproduced`: a figure the source reports for other hardware was not reached here (no finding
   about the source);
 - `tie`: the pinned code and the stated rule differ only at an exact numerical tie, which the code

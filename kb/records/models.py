@@ -265,7 +265,8 @@ class Scope(Strict):
 class Cause(Strict):
     """A reviewer's judgement of why the claim's checks refute it (or leave it inconclusive)."""
 
-    kind: Literal["note", "deck", "not-reproduced", "tie", "band-above", "band-below", "spread", "extraction"]
+    # `source`: another listed source (a teaching repository's README or code) asserts what the evidence contradicts.
+    kind: Literal["note", "deck", "source", "not-reproduced", "tie", "band-above", "band-below", "spread", "extraction"]
     why: str = Field(min_length=20)
 
 

@@ -81,6 +81,7 @@ from kb.export.site.readers import (
     upstream_notice,
 )
 from kb.export.site.svg import Bar, stacked_bars, value_bars
+from kb.export.site.teaching import write_teaching
 from kb.fsutil import replaced_dir
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
@@ -444,4 +445,5 @@ def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, outline: Outl
             hood = linked_svg(to_svg(sub, href=lambda cid: f"{cid}.html", title=f"claims related to {c['id']}",
                                      highlight=c["id"]))
         out.render(claim_tpl, f"claims/{name}", root="../", page="claim", graph=hood, **_claim_context(c, data, outline, published))
-    return len(pages) + len(keep) + n_readers + 1  # + measurements.html
+    # + measurements.html, + the learner pages (kb/export/site/teaching.py)
+    return len(pages) + len(keep) + n_readers + 1 + write_teaching(env, data, out)
