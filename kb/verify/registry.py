@@ -216,6 +216,9 @@ def load_verifiers(directory: Path | None) -> dict[str, VerifierSpec]:
         pkg = importlib.import_module(directory.name)
         # Verifier modules live in subpackages by kind of evidence (cpu/, source/, pinned/, gpu/).
         for mod in pkgutil.walk_packages(pkg.__path__, prefix=f"{directory.name}."):
-            importlib.import_module(mod.name)
+            # `*_child` modules are programs a verifier starts in a sandboxed interpreter (they may import
+            # torch or the pinned code at the top), not verifier modules: the scan leaves them alone.
+            if not mod.name.rpartition(".")[2].endswith("_child"):
+                importlib.import_module(mod.name)
         _LOADED_FROM.append(directory)
     return _REGISTRY
