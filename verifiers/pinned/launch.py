@@ -253,8 +253,9 @@ def measure(p: LaunchParams, events: list[dict[str, Any]], answer: dict[str, Any
     return meas
 
 
+# No clone is needed: the build is the pinned code (its manifest names the source SHA it was made from).
 @verifier("code.launch-trace", kind="pinned-code", params=LaunchParams,
-          requires=Requirements(git_source=True, tools=("nvcc",)), timeout_s=150)
+          requires=Requirements(tools=("nvcc",)), timeout_s=150)
 def launch_trace(p: LaunchParams, ctx: Context) -> Outcome:
     """Launches the pinned host code makes for an input on a virtual device (kernel, traits, grid, block, smem)."""
     try:
