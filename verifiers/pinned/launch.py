@@ -62,28 +62,38 @@ class LaunchParams(Params):
 
 
 def _stub_dir(cache: Path) -> Path:
-    """The stand-in runtime (and a driver stand-in for FA3's TMA descriptors), built once per source hash."""
+    """The stand-in runtime (and a driver stand-in for FA3's TMA descriptors), built once per source hash.
+
+    Built in a private folder and renamed into place, so workers that need it at the same time never see
+    a half-built library (the loser of the rename race uses the winner's).
+    """
     src = (HERE / "harness" / "vdev_cudart.cpp").read_bytes()
-    key = hashlib.sha256(src).hexdigest()[:16]
+    key = hashlib.sha256(src + "\n".join(_driver_symbols()).encode()).hexdigest()[:16]
     out = cache / f"vdev-{key}"
     if (out / "libcudart.so.13").exists() and (out / "libcuda.so.1").exists():
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cudart.map").write_text("libcudart.so.13 { global: *; };\n")
-    cuda_inc = _cuda_include()
-    res = subprocess.run(["g++", "-shared", "-fPIC", "-O1", "-std=c++17", f"-I{cuda_inc}", "-Wl,-soname,libcudart.so.13",
-                          f"-Wl,--version-script={out / 'cudart.map'}", "-o", str(out / "libcudart.so.13.tmp"),
-                          str(HERE / "harness" / "vdev_cudart.cpp")], capture_output=True, text=True, timeout=120)
-    if res.returncode != 0:
-        raise RuntimeError(f"building the virtual-device runtime failed: {res.stderr[-1500:]}")
-    # The driver calls the pinned FA3 host code makes (TMA descriptor encoding) succeed without a device.
-    (out / "cuda_stub.c").write_text("".join(f"int {s}(void) {{ return 0; }}\n" for s in _driver_symbols()))
-    res = subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out / "libcuda.so.1.tmp"),
-                          str(out / "cuda_stub.c")], capture_output=True, text=True, timeout=120)
-    if res.returncode != 0:
-        raise RuntimeError(f"building the driver stand-in failed: {res.stderr[-1500:]}")
-    for name in ("libcudart.so.13", "libcuda.so.1"):
-        (out / f"{name}.tmp").replace(out / name)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"vdev-{key}.", dir=cache))
+    try:
+        (tmp / "cudart.map").write_text("libcudart.so.13 { global: *; };\n")
+        res = subprocess.run(["g++", "-shared", "-fPIC", "-O1", "-std=c++17", f"-I{_cuda_include()}",
+                              "-Wl,-soname,libcudart.so.13", f"-Wl,--version-script={tmp / 'cudart.map'}",
+                              "-o", str(tmp / "libcudart.so.13"), str(HERE / "harness" / "vdev_cudart.cpp")],
+                             capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"building the virtual-device runtime failed: {res.stderr[-1500:]}")
+        # The driver calls the pinned FA3 host code makes (TMA descriptor encoding) succeed without a device.
+        (tmp / "cuda_stub.c").write_text("".join(f"int {s}(void) {{ return 0; }}\n" for s in _driver_symbols()))
+        res = subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp / "libcuda.so.1"),
+                              str(tmp / "cuda_stub.c")], capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"building the driver stand-in failed: {res.stderr[-1500:]}")
+        try:
+            tmp.rename(out)
+        except OSError:  # another worker got there first: its copy is complete
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

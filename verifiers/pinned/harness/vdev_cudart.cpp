@@ -229,6 +229,15 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int) {
   return cudaSuccess;
 }
 
+// Every fake address is device memory of device 0 (the pinned FA1 API checks where its tensors live).
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) {
+  std::memset(a, 0, sizeof(*a));
+  a->type = cudaMemoryTypeDevice;
+  a->device = 0;
+  a->devicePointer = const_cast<void*>(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError() { cudaError_t e = g_last; g_last = cudaSuccess; return e; }
 cudaError_t cudaPeekAtLastError() { return g_last; }
 const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "kb vdev error"; }
