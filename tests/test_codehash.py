@@ -106,3 +106,18 @@ def test_the_real_package_hashes_every_verifier() -> None:
     parts = CodeHasher("verifiers").parts(reg["gpu.kernel-run"].func.__module__, reg["gpu.kernel-run"].func.__qualname__)
     assert "verifiers.pinned.build:load" in parts and "verifiers.pinned.build:KbAttnArgs" in parts
     assert "verifiers.pinned.build:build" not in parts and "verifiers.pinned.build:compile_one" not in parts
+
+
+def test_the_tree_text_is_the_same_on_every_python() -> None:
+    import ast
+    import sys
+
+    from kb.verify.codehash import dump
+
+    tree = ast.parse("def f():\n    pass\n")
+    # Python 3.12's ast.dump of this tree, written out: the hash made on the H200 (3.12) must equal this machine's.
+    want = ("Module(body=[FunctionDef(name='f', args=arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], "
+            "defaults=[]), body=[Pass()], decorator_list=[], type_params=[])], type_ignores=[])")
+    assert dump(tree) == want
+    if sys.version_info[:2] == (3, 12):
+        assert ast.dump(tree) == want

@@ -38,6 +38,31 @@ class _Module:
     hash_files: list[str] = field(default_factory=list)
 
 
+# Fields that newer Pythons added to nodes, with the value they take for code that does not use them.
+# dump() writes them on every version, so a hash made under Python 3.11 equals one made under 3.12 (where
+# ast.dump prints type_params=[]), and 3.13's new defaults for ast.dump do not matter either.
+_ADDED_FIELDS: dict[str, tuple[str, ...]] = {
+    "FunctionDef": ("type_params",), "AsyncFunctionDef": ("type_params",), "ClassDef": ("type_params",),
+}
+
+
+def dump(node: object) -> str:
+    """A syntax tree as text, the same on every supported Python (ast.dump's 3.12 format, no positions)."""
+    if isinstance(node, ast.AST):
+        cls = type(node)
+        fields = list(node._fields) + [f for f in _ADDED_FIELDS.get(cls.__name__, ()) if f not in node._fields]
+        args = []
+        for name in fields:
+            value = getattr(node, name, [] if name in _ADDED_FIELDS.get(cls.__name__, ()) else None)
+            if value is None and getattr(cls, name, ...) is None:
+                continue
+            args.append(f"{name}={dump(value)}")
+        return f"{cls.__name__}({', '.join(args)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(dump(x) for x in node) + "]"
+    return repr(node)
+
+
 def _strip_docstrings(tree: ast.AST) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
@@ -185,7 +210,7 @@ class CodeHasher:
                 if id(stmt) in seen_ids:
                     continue
                 seen_ids.add(id(stmt))
-                h.update(ast.dump(stmt, include_attributes=False).encode() + b"\0")
+                h.update(dump(stmt).encode() + b"\0")
         else:
             h.update(b"<no source>" + sym[0].encode())
         self._digests[sym] = h.hexdigest()
@@ -211,7 +236,7 @@ class CodeHasher:
             if m is None:
                 continue
             # The module's side effects at import (registration aside) run before any verifier of it.
-            parts |= {hashlib.sha256(ast.dump(s, include_attributes=False).encode()).hexdigest() for s in m.loose
+            parts |= {hashlib.sha256(dump(s).encode()).hexdigest() for s in m.loose
                       if not _is_trivial(s)}
             for rel in m.hash_files:
                 f = Path(rel) if Path(rel).is_absolute() else m.path.parent / rel
@@ -241,7 +266,7 @@ def file_text(path: Path) -> bytes:
         except SyntaxError:
             return raw
         _strip_docstrings(tree)
-        return ast.dump(tree, include_attributes=False).encode()
+        return dump(tree).encode()
     if path.suffix in _C_LIKE:
         text = raw.decode("utf-8", "replace")
         text = _C_TOKEN.sub(lambda mt: " " if mt.group(0)[0] == "/" else mt.group(0), text)
