@@ -266,7 +266,10 @@ class Cause(Strict):
     """A reviewer's judgement of why the claim's checks refute it (or leave it inconclusive)."""
 
     # `source`: another listed source (a teaching repository's README or code) asserts what the evidence contradicts.
-    kind: Literal["note", "deck", "source", "not-reproduced", "tie", "band-above", "band-below", "spread", "extraction"]
+    # `hypothesis`: a claim of the KB's own (a measurement no source asserts) that the evidence refutes: a fact
+    # about the measured stack, not a finding about anyone's writing.
+    kind: Literal["note", "deck", "source", "hypothesis", "not-reproduced", "tie", "band-above", "band-below", "spread",
+                  "extraction"]
     why: str = Field(min_length=20)
 
 
