@@ -63,8 +63,14 @@ def collect(db: sqlite_utils.Database) -> dict[str, Any]:
                 continue
             # A deck finding is listed under its slides, a note finding under its sections (each is about that text).
             if a.get("slide") and st["cause"] == "deck":
+                # The slide itself where the notes publish their decks (`slides/<deck>.html#N`, which the decks
+                # number as kb does), and the deck's source at the pin.
+                site = (notes_src.get("site") or "").rstrip("/")
+                slide = f"{site}/{path.removeprefix('docs/')}#{int(a['slide'])}" \
+                    if site.startswith("https://") and path.startswith("docs/") else None
                 decks.setdefault(path, {}).setdefault(a["slide"], []).append(
-                    {**entry, "where": f"{path}, slide {a['slide']}", "link": f"{repo}/blob/{commit}/{path}"})
+                    {**entry, "where": f"{path}, slide {a['slide']}", "link": slide or f"{repo}/blob/{commit}/{path}",
+                     "source_link": f"{repo}/blob/{commit}/{path}"})
             elif a.get("heading") and st["cause"] == "note":
                 notes.setdefault(path, {}).setdefault(a["heading"], []).append(
                     {**entry, "where": f"{path}#{a['heading']}", "link": f"{repo}/blob/{commit}/{path}#{a['heading']}"})
