@@ -43,8 +43,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shutil.copytree(site_dir(cfg) / "static", site / "static")
     (site / "measurements.html").write_text(html, encoding="utf-8")
     (site / "measurements.csv").write_text(table, encoding="utf-8")
+    # The dashboard's errata line is the reader pages' business (tests/test_site_readers.py): none here.
     dash = env.get_template("index.html").render(root="", page="index.html", changes=None, revision=None,
-                                                 **_dashboard_context(data))
+                                                 errata={"count": 0, "notes": [], "decks": []}, **_dashboard_context(data))
     (site / "index.html").write_text(dash, encoding="utf-8")
     return {"site": site, "html": html, "csv": table, "dashboard": dash}
 

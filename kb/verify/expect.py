@@ -207,7 +207,7 @@ def decides_own_verdict(spec: Any) -> bool:
         return bool(declared)
     name = spec.func.__module__
     if name not in _OWN:
-        _OWN[name] = any(_sets_verdict(src) for src in _sources(name))
+        _OWN[name] = any(_sets_verdict(src) for src in _sources(name, spec.func.__qualname__))
     return _OWN[name]
 
 
@@ -219,19 +219,19 @@ def _sets_verdict(src: str) -> bool:
     return False
 
 
-def _sources(name: str) -> list[str]:
-    """The source of a verifier module and of the `verifiers.*` modules it references (as its code hash reads them)."""
+def _sources(name: str, qualname: str) -> list[str]:
+    """The source of a verifier module and of the package modules its code hash covers (kb.verify.codehash)."""
+    from kb.verify.codehash import CodeHasher
+
     try:
-        src = inspect.getsource(importlib.import_module(name))
-    except (ImportError, OSError, TypeError):
-        return []
-    out = [src]
-    pkg = name.split(".")[0]
-    for dep in sorted(set(re.findall(rf"\b{pkg}\.(\w+)|from {pkg} import (\w+)", src))):
-        dep_name = f"{pkg}.{dep[0] or dep[1]}"
-        if dep_name != name:
-            try:
-                out.append(inspect.getsource(importlib.import_module(dep_name)))
-            except (ImportError, OSError, TypeError):
-                continue
+        mods = {name} | {k.split(":", 1)[0] for k in CodeHasher(name.split(".")[0]).parts(name, qualname)
+                         if not k.startswith("file:")}
+    except (ImportError, OSError, SyntaxError, ValueError):
+        mods = {name}
+    out = []
+    for m in sorted(mods):
+        try:
+            out.append(inspect.getsource(importlib.import_module(m)))
+        except (ImportError, OSError, TypeError):
+            continue
     return out
