@@ -402,6 +402,8 @@ def show(ctx: click.Context, claim_id: str, as_json: bool) -> None:
         echo(f"  {s['hardware_class']:>24}  {s['status']:<14} {grade}{s['reason']}")
         if s.get("cause"):
             echo(f"  {'':>24}  {'cause: ' + s['cause']:<14} ({s.get('cause_by') or 'rule'}) {s.get('cause_why') or ''}")
+        if s.get("grade_note"):
+            echo(f"  {'':>24}  {'grade: ' + s['grade_note']:<14} {s.get('grade_note_why') or ''}")
         if s.get("upstream"):
             echo(f"  {'':>24}  {'(information)':<14} {s['upstream']}")
     from kb.index.query import batches

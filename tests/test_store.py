@@ -25,7 +25,7 @@ def test_old_database_upgrades_itself(project: Path) -> None:
     applied = [r["name"] for r in db.query("SELECT name FROM _sqlite_migrations ORDER BY applied_at")]
     assert applied == ["m001_initial", "m002_status_and_search", "m003_scope_columns", "m004_status_strength",
                        "m005_status_upstream", "m006_relations_and_rests", "m007_run_recorded", "m008_foreign_keys",
-                       "m009_slide_anchors", "m010_status_cause"]
+                       "m009_slide_anchors", "m010_status_cause", "m011_status_grade_note"]
     assert "slide" in db["anchors"].columns_dict
     assert "strength" in db["status"].columns_dict and "cause" in db["status"].columns_dict
     assert migrations.pending(db) == []

@@ -32,13 +32,15 @@ def prov_document(db: sqlite_utils.Database, base: str = DEFAULT_BASE) -> dict[s
         if a["sha"]:
             attrs["kb:revision"] = a["sha"]
         doc["wasDerivedFrom"][f"_:d{n}"] = attrs
-    sql = ("SELECT c.id, c.statement, c.content_hash, s.status, s.strength, s.cause, s.cause_by FROM claims c "
+    sql = ("SELECT c.id, c.statement, c.content_hash, s.status, s.strength, s.cause, s.cause_by, s.grade_note FROM claims c "
            "LEFT JOIN status s ON s.claim_id = c.id AND s.hardware_class = '*'")
     for c in db.query(sql):
         ent = {"prov:type": "kb:claim", "prov:value": c["statement"], "kb:contentHash": c["content_hash"],
                "kb:status": c["status"]}
         if c["strength"]:
             ent["kb:evidenceStrength"] = c["strength"]  # kb/index/strength.py: measured, derived, cited, restated
+        if c["grade_note"]:
+            ent["kb:gradeNote"] = c["grade_note"]  # kb/index/instance.py: kb-instance or dispatch-seen
         if c["cause"]:
             ent["kb:cause"] = c["cause"]  # kb/index/cause.py: why a verdict is refuted or inconclusive
             ent["kb:causeBy"] = c["cause_by"] or "rule"

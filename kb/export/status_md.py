@@ -161,6 +161,13 @@ def render_status(db: sqlite_utils.Database, site_url: str | None = None) -> str
     lines.append(f"| all | {sum(total.values())} | {total['measured']} | {total['derived']} | {total['cited']} | "
                  f"{total['restated']} | {total['none']} |")
     lines.append("")
+    notes = Counter(o.get("grade_note") for o in overall.values() if o.get("grade_note"))
+    if notes:
+        lines += [f"Of the derived verdicts, {notes['kb-instance'] + notes['dispatch-seen']} rest only on a "
+                  "`code.constexpr` check whose traits instance the KB typed (grade note, `kb/index/instance.py`): "
+                  f"for **{notes['dispatch-seen']}** a launch trace shows the pinned dispatch launching that exact "
+                  f"instance (`dispatch-seen`); for **{notes['kb-instance']}** none does yet (`kb-instance`: the "
+                  "compiler confirms what the instance holds, not that the pinned code picks it).", ""]
 
     upstream: dict[str, list[str]] = defaultdict(list)
     for i, o in sorted(overall.items()):

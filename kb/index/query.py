@@ -10,7 +10,8 @@ from typing import Any
 import sqlite_utils
 
 CLAIM_COLUMNS = ("c.id, c.statement, c.generation, c.phase, c.label, c.topics, c.file, c.line, s.status, s.reason, "
-                 "s.strength, s.rests_on, s.rests_via, s.cause, s.cause_why, s.cause_by")
+                 "s.strength, s.rests_on, s.rests_via, s.cause, s.cause_why, s.cause_by, "
+                 "s.grade_note, s.grade_note_why")
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:
@@ -21,6 +22,8 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "rests_via": r["rests_via"], "file": r["file"], "line": r["line"],
         # Why a refuted or inconclusive verdict is what it is (kb.index.cause); null otherwise.
         "cause": r.get("cause"), "cause_why": r.get("cause_why"), "cause_by": r.get("cause_by"),
+        # Which instance a derived verdict rests on (kb.index.instance): kb-instance, dispatch-seen or null.
+        "grade_note": r.get("grade_note"), "grade_note_why": r.get("grade_note_why"),
     }
 
 

@@ -14,7 +14,7 @@ import gc
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,6 +130,13 @@ def m010_status_cause(db: sqlite_utils.Database) -> None:
     db["status"].add_column("cause", str)
     db["status"].add_column("cause_why", str)
     db["status"].add_column("cause_by", str)
+
+
+@migrations()
+def m011_status_grade_note(db: sqlite_utils.Database) -> None:
+    """Which instance a derived verdict rests on (kb.index.instance): kb-instance or dispatch-seen, and why."""
+    db["status"].add_column("grade_note", str)
+    db["status"].add_column("grade_note_why", str)
 
 
 class IndexSchemaError(sqlite3.DatabaseError):
@@ -263,6 +270,7 @@ class Index:
             self.db.execute(f"DELETE FROM status WHERE claim_id IN ({marks})", affected)
             self.db["status"].insert_all(_status_rows(statuses))
             update_rests(self.db)  # a new verdict changes what the claims above it rest on
+            update_instances(self.db, registry, cfg.verifiers_dir)  # a new trace can show another claim's instance
             if self.fingerprint is not None and before == self.fingerprint:
                 fp = input_fingerprint(cfg.root)
                 self.db["meta"].upsert({"key": "fingerprint", "value": fp}, pk="key")
@@ -530,6 +538,7 @@ def rebuild(db: sqlite_utils.Database, cfg: Config, fingerprint: str) -> None:
         db["status"].insert_all(status_rows)
         db["claim_edges"].insert_all(edge_rows)
         update_rests(db)
+        update_instances(db, registry, cfg.verifiers_dir)
         db["meta"].upsert({"key": "evidence_warnings", "value": json.dumps(set_aside)}, pk="key")
         db["meta"].upsert({"key": "distrusted", "value": json.dumps(trust.entries, sort_keys=True)}, pk="key")
         db["meta"].upsert({"key": "fingerprint", "value": fingerprint}, pk="key")
@@ -547,6 +556,36 @@ def update_rests(db: sqlite_utils.Database) -> None:
     db.execute("UPDATE status SET rests_on = NULL, rests_via = NULL, rests_path = NULL WHERE hardware_class = '*'")
     db.conn.executemany("UPDATE status SET rests_on = ?, rests_via = ?, rests_path = ? WHERE claim_id = ? AND hardware_class = '*'",
                    [(r.state, r.via, json.dumps(r.path), cid) for cid, r in rests.items()])
+
+
+def update_instances(db: sqlite_utils.Database, registry: Mapping[str, Any], verifiers: Path | None) -> None:
+    """Re-derive every derived verdict's instance note (kb.index.instance) inside the caller's transaction."""
+    from kb.index.instance import dispatched, grade_notes, run_dicts
+    from kb.index.strength import grade
+
+    def snippet(name: str) -> str | None:
+        for path in ((verifiers / "snippets" / "constexpr").glob(f"{name}.*") if verifiers else ()):
+            return path.read_text(encoding="utf-8")
+        return None
+
+    rows = list(db.query("SELECT claim_id, run_ids FROM status WHERE hardware_class = '*' AND strength = 'derived'"))
+    ids = {rid: r["claim_id"] for r in rows for rid in json.loads(r["run_ids"] or "[]")}
+    deciding: dict[str, list[dict[str, Any]]] = {r["claim_id"]: [] for r in rows}
+    for rid_chunk in _chunks(sorted(ids), 500):
+        marks = ",".join("?" * len(rid_chunk))
+        for run in run_dicts(db.query(f"SELECT json FROM runs WHERE run_id IN ({marks})", rid_chunk)):
+            g = grade(registry.get(run["verifier"]), run.get("expect") or {}, run["hardware_class"])[0]
+            deciding[ids[run["run_id"]]].append({"verifier": run["verifier"], "params": run.get("params"), "grade": g})
+    launches = dispatched(run_dicts(db.query("SELECT json FROM runs WHERE verifier = 'code.launch-trace'")))
+    notes = grade_notes(deciding, launches, snippet)
+    db.execute("UPDATE status SET grade_note = NULL, grade_note_why = NULL WHERE hardware_class = '*'")
+    db.conn.executemany("UPDATE status SET grade_note = ?, grade_note_why = ? WHERE claim_id = ? AND hardware_class = '*'",
+                        [(n, why, cid) for cid, (n, why) in notes.items()])
+
+
+def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
 
 
 def _run_row(r: Run) -> dict[str, Any]:

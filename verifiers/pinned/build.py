@@ -70,7 +70,7 @@ REVISIONS: dict[str, Revision] = {
         tree_dirs=("csrc/flash_attn/src",),
         units={f"{ph}:{dt}:{d}": f"flash_{ph}_hdim{d}_{dt}_sm80.cu"
                for ph in ("fwd", "bwd") for dt in ("bf16", "fp16") for d in (64, 128)},
-        default_units=("fwd:bf16:128", "fwd:fp16:128", "bwd:bf16:128", "bwd:fp16:128", "fwd:bf16:64"),
+        default_units=("fwd:bf16:128", "fwd:fp16:128", "bwd:bf16:128", "bwd:fp16:128", "fwd:bf16:64", "fwd:fp16:64"),
         # v2.0.0's setup.py adds compute_90/sm_90 when the toolkit is new enough; the units are the sm80 ones.
         gencode="arch=compute_90,code=sm_90", flags=tuple(_COMMON), harness="fa2_v200.cu", aten_shim=True),
     # v1.0.9: one unit per (phase, head_dim) holds fp16 and bf16; the harness links all four units.

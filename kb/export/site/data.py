@@ -49,11 +49,12 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
     sources = {r["id"]: json.loads(r["json"]) for r in db.query("SELECT id, json FROM sources ORDER BY id")}
     status: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for r in db.query("SELECT claim_id, hardware_class, status, reason, run_ids, strength, upstream, rests_on, rests_via, "
-                      "cause, cause_why, cause_by FROM status"):
+                      "cause, cause_why, cause_by, grade_note, grade_note_why FROM status"):
         status[r["claim_id"]][r["hardware_class"]] = {
             "status": r["status"], "reason": r["reason"] or "", "run_ids": json.loads(r["run_ids"] or "[]"),
             "strength": r["strength"] or "none", "upstream": r["upstream"], "rests_on": r["rests_on"],
             "rests_via": r["rests_via"], "cause": r["cause"], "cause_why": r["cause_why"], "cause_by": r["cause_by"],
+            "grade_note": r["grade_note"], "grade_note_why": r["grade_note_why"],
         }
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     n_runs = 0

@@ -40,6 +40,12 @@ GRADE_TERMS = {
     "restated": "Decided by arithmetic over the statement's own numbers or the project's typed constants, or "
                 "by a built-in identity that only bounds an error: the weakest grade.",
     "none": "No check decides the claim (review-only, or not run yet).",
+    "kb-instance": "A note on a derived grade: the verdict rests only on compiling a traits instance the project "
+                   "typed; the compiler confirms what that instance holds, not that the pinned code picks it for "
+                   "the input the statement is about.",
+    "dispatch-seen": "A note on a derived grade: the project typed the traits instance, and a launch trace of the "
+                     "pinned host code on a virtual device shows the pinned dispatch launching exactly that instance "
+                     "(the claim page names the input).",
 }
 CAUSE_TERMS = {
     "note": "A finding: the note asserts what the evidence contradicts. Listed on the errata page.",
