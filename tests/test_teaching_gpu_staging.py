@@ -37,12 +37,12 @@ def test_pythonpath_sites_names_only_folders_on_pythonpath(tmp_path: Path, monke
     assert teaching.pythonpath_sites(("kbstaged",)) == []
 
 
-def test_boot_runs_the_child_as_main_with_the_staged_folder_behind_its_own(tmp_path: Path) -> None:
+def test_boot_runs_the_child_as_main_with_the_staged_folder_first(tmp_path: Path) -> None:
     site = _site(tmp_path)
     child = tmp_path / "child.py"
     child.write_text("import sys, kbstaged\n"
                      "if __name__ == '__main__':\n"
-                     "    print(kbstaged.WHERE, sys.argv == [__file__], sys.path[-1])\n")
+                     "    print(kbstaged.WHERE, sys.argv == [__file__], sys.path[0])\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin"), "PYTHONPATH": str(site)}
     plain = subprocess.run([sys.executable, "-I", str(child)], capture_output=True, text=True, env=env)
     assert plain.returncode != 0 and "kbstaged" in plain.stderr  # -I hides PYTHONPATH: the failure on the H200

@@ -180,8 +180,10 @@ def teaching_run(p: TeachingParams, ctx: Context) -> Outcome:
 
 # The child runs isolated (-I: PYTHONPATH ignored), but on the H200 some of what it imports exists only on
 # PYTHONPATH (CuPy, cuda-pathfinder and einops are staged into /tmp/site). This runs the child unchanged, with
-# the folders named after it appended to its sys.path, behind the interpreter's own site-packages.
-BOOT = ("import runpy, sys; child, *extra = sys.argv[1:]; sys.path.extend(extra); sys.argv = [child]; "
+# the folders named after it put first on its sys.path, where PYTHONPATH puts them for this process: the
+# child resolves each package as the requirement check here did (a cuda-pathfinder in /tmp/site wins over an
+# older one in the interpreter's site-packages, as CuPy needs). The pinned tree still goes first (_load).
+BOOT = ("import runpy, sys; child, *extra = sys.argv[1:]; sys.path[:0] = extra; sys.argv = [child]; "
         "runpy.run_path(child, run_name='__main__')")
 GPU_RUN_PACKAGES = ("torch", "numpy", "einops", "triton")
 CUPY_PACKAGES = ("torch", "numpy", "cupy")
