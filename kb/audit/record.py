@@ -33,6 +33,21 @@ def _set_field(block: list[str], key: str, value: str, indent: str) -> list[str]
     return [*block[:end], f"{indent}{key}: {value}\n", *block[end:]]
 
 
+def _drop_field(block: list[str], key: str, indent: str) -> list[str]:
+    """Remove `key:` and its continuation lines (indented deeper than the item's keys) from an item's lines."""
+    out: list[str] = []
+    dropping = False
+    for line in block:
+        if re.match(rf"^{indent}{key}:", line):
+            dropping = True
+            continue
+        if dropping and line.strip() and line.startswith(indent + " "):
+            continue
+        dropping = False
+        out.append(line)
+    return out
+
+
 def write_hash(path: Path, source_id: str, sha256: str, day: str) -> None:
     """Record content_sha256 and retrieved for one source item of a sources/*.yaml file."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -45,6 +60,7 @@ def write_hash(path: Path, source_id: str, sha256: str, day: str) -> None:
                 if re.match(rf"^\s{{0,{dash}}}\S", lines[j]) and not lines[j].startswith(indent)), len(lines))
     block = _set_field(lines[start:end], "content_sha256", sha256, indent)
     block = _set_field(block, "retrieved", day, indent)
+    block = _drop_field(block, "why_unhashed", indent)  # the page has a hash now: the reason for none is void
     path.write_text("".join([*lines[:start], *block, *lines[end:]]), encoding="utf-8")
 
 

@@ -19,7 +19,8 @@ from kb.records.models import Source
 def check_page(source: Source, client: HttpClient | None) -> tuple[str, str]:
     """(status, detail) for one web source: unchanged, changed, deleted or unpinned; raises Unchecked."""
     if not source.content_sha256:
-        return "unpinned", "no content_sha256 recorded in sources/: nothing to compare with (kb audit --record-web)"
+        why = f" ({source.why_unhashed})" if source.why_unhashed else ""
+        return "unpinned", f"no content_sha256 recorded in sources/{why}: nothing to compare with (kb audit --record-web)"
     if client is None:
         raise Unchecked("offline: page not fetched", offline=True)
     try:

@@ -63,6 +63,8 @@ class Source(Strict):
     # web
     retrieved: date | None = None
     content_sha256: str | None = None
+    # web, without a content hash: why none is recorded (the page could not be fetched here, and when)
+    why_unhashed: str | None = None
     # hardware
     spec_sources: list[str] = Field(default_factory=list)
     constants: dict[str, StrictFloat | StrictInt] = Field(default_factory=dict)
@@ -95,6 +97,8 @@ class Source(Strict):
             raise ValueError(f"constant {bad[0]!r} is not a finite number")
         if self.commit is not None and not SHA40.fullmatch(self.commit):
             raise ValueError(f"commit {self.commit!r} is not a full 40-hex commit SHA")
+        if self.why_unhashed is not None and (self.kind != "web" or self.content_sha256):
+            raise ValueError("why_unhashed is for a web source without content_sha256 (say why no hash is recorded)")
         return self
 
     def role(self, sha: str | None = None) -> str:

@@ -276,9 +276,17 @@ def _flops(p: AttnParams, phase: str) -> float:
 
 
 def _time_ms(p: AttnParams, phase: str) -> list[float]:
+    from verifiers.gpu.compiling import no_donated_buffers
+
+    # The timed backward keeps its graph (retain_graph=True): compiled flex_attention's backward refuses that
+    # while AOTAutograd donates its saved buffers, so the compile and every timed call run with donation off.
+    with no_donated_buffers():
+        return _time_fn(_pass_fn(p, phase))
+
+
+def _time_fn(fn: Any) -> list[float]:
     import torch
 
-    fn = _pass_fn(p, phase)
     try:
         from triton.testing import do_bench
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kb.registry import Context, Outcome, Params, Requirements, verifier
+from verifiers.gpu.compiling import graph_break, no_donated_buffers
 from verifiers.gpu.params import PINNED_IMPLS, Impl
 from verifiers.gpu.verdict import judge_spread
 
@@ -305,8 +306,8 @@ def _cell_fn(p: MatrixParams, backend: str, pass_: str) -> Any:
                 return common.forward(ap, {"q": q, "k": k, "v": v})[0]
             if backend in PINNED_IMPLS and p.mode == "compile":
                 # kb's builds are ctypes calls dynamo cannot trace: a graph break, as a C-extension op without a
-                # registered custom op is for torch.compile. Marked explicitly so dynamo does not try.
-                call = torch.compiler.disable(call)
+                # registered custom op is for torch.compile (the pins register none).
+                call = graph_break(call)
     for t in ("q", "k", "v"):
         x[t].requires_grad_(pass_ == "backward")
     run = torch.compile(call, dynamic=False) if p.mode == "compile" else call
@@ -327,19 +328,20 @@ def _time_cell(p: MatrixParams, backend: str, pass_: str) -> Cell:
     import torch
 
     try:
-        fn = _cell_fn(p, backend, pass_)
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        means = []
-        for _ in range(p.batches):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(p.reps):
+        with no_donated_buffers():
+            fn = _cell_fn(p, backend, pass_)
+            for _ in range(3):
                 fn()
-            b.record()
             torch.cuda.synchronize()
-            means.append(a.elapsed_time(b) / p.reps)
+            means = []
+            for _ in range(p.batches):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(p.reps):
+                    fn()
+                b.record()
+                torch.cuda.synchronize()
+                means.append(a.elapsed_time(b) / p.reps)
         return Cell(batch_ms=means)
     except Exception as exc:  # a failing cell is data for the matrix, not a crash of the row
         try:

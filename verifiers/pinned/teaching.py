@@ -178,25 +178,56 @@ def teaching_run(p: TeachingParams, ctx: Context) -> Outcome:
     return _outcome(p, a, _answer(res.stdout, res.stderr, res.returncode), "cpu")
 
 
-def _gpu_run(p: TeachingParams, ctx: Context) -> Outcome:
+# The child runs isolated (-I: PYTHONPATH ignored), but on the H200 some of what it imports exists only on
+# PYTHONPATH (CuPy, cuda-pathfinder and einops are staged into /tmp/site). This runs the child unchanged, with
+# the folders named after it put first on its sys.path, where PYTHONPATH puts them for this process: the
+# child resolves each package as the requirement check here did (a cuda-pathfinder in /tmp/site wins over an
+# older one in the interpreter's site-packages, as CuPy needs). The pinned tree still goes first (_load).
+BOOT = ("import runpy, sys; child, *extra = sys.argv[1:]; sys.path[:0] = extra; sys.argv = [child]; "
+        "runpy.run_path(child, run_name='__main__')")
+GPU_RUN_PACKAGES = ("torch", "numpy", "einops", "triton")
+CUPY_PACKAGES = ("torch", "numpy", "cupy")
+
+
+def pythonpath_sites(packages: tuple[str, ...]) -> list[str]:
+    """The PYTHONPATH folders that hold `packages` (found as this process finds them): what -I would hide."""
+    import importlib.util
+
+    entries = {Path(e).resolve() for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
+    out: list[str] = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        where = list(spec.submodule_search_locations or []) if spec else []
+        where = where or ([spec.origin] if spec and spec.origin else [])
+        if not where:
+            continue
+        folder = Path(where[0]).resolve().parent  # a package's folder, or a module's file: its site folder
+        if folder in entries and str(folder) not in out:
+            out.append(str(folder))
+    return out
+
+
+def _gpu_run(p: TeachingParams, ctx: Context, packages: tuple[str, ...]) -> Outcome:
     a, tree = _tree(p, ctx)
     child = Path(__file__).with_name("teaching_child.py")
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb-teach-{os.getpid()}"
-    cmd, _ = sandbox.command([sys.executable, "-I", str(child)], work=work, readable=[child.parent, tree], devices=True)
+    sites = pythonpath_sites(packages)
+    cmd, _ = sandbox.command([sys.executable, "-I", "-c", BOOT, str(child), *sites], work=work,
+                             readable=[child.parent, tree, *map(Path, sites)], devices=True)
     res = subprocess.run(cmd, input=_task(p, tree, "cuda"), capture_output=True, text=True, timeout=560, cwd=str(work),
                          env=sandbox.clean_env({"HOME": str(work), "TMPDIR": str(work)}, keep_prefixes=True))
     return _outcome(p, a, _answer(res.stdout, res.stderr, res.returncode), "cuda")
 
 
 @verifier("gpu.teaching-run", kind="gpu-kernel-run", params=TeachingParams,
-          requires=Requirements(cuda=True, packages=("torch", "numpy", "einops", "triton"), git_source=True), timeout_s=600)
+          requires=Requirements(cuda=True, packages=GPU_RUN_PACKAGES, git_source=True), timeout_s=600)
 def teaching_gpu(p: TeachingParams, ctx: Context) -> Outcome:
     """A pinned teaching implementation's torch path on a CUDA device against the fp64 reference (errors or runs)."""
-    return _gpu_run(p, ctx)
+    return _gpu_run(p, ctx, GPU_RUN_PACKAGES)
 
 
 @verifier("gpu.teaching-cupy", kind="gpu-kernel-run", params=TeachingParams,
-          requires=Requirements(cuda=True, packages=("torch", "numpy", "cupy"), git_source=True), timeout_s=600)
+          requires=Requirements(cuda=True, packages=CUPY_PACKAGES, git_source=True), timeout_s=600)
 def teaching_cupy(p: TeachingParams, ctx: Context) -> Outcome:
     """A pinned CuPy teaching implementation (RawKernel or CuPy ops) on a CUDA device against the fp64 reference."""
-    return _gpu_run(p, ctx)
+    return _gpu_run(p, ctx, CUPY_PACKAGES)

@@ -81,7 +81,7 @@ from kb.export.site.readers import (
     upstream_notice,
 )
 from kb.export.site.svg import Bar, stacked_bars, value_bars
-from kb.export.site.teaching import write_teaching
+from kb.export.site.teaching import teaching_sources, write_teaching
 from kb.fsutil import replaced_dir
 from kb.records.vocab import GENERATIONS, LABELS, PHASES, STATUSES, TOPICS
 
@@ -107,7 +107,7 @@ def environment(templates: Path) -> Environment:
     env.filters["value"] = fmt_value
     env.filters["short"] = lambda sha: str(sha or "")[:12]
     env.globals.update(STATUSES=STATUSES, GENERATIONS=GENERATIONS, PHASES=PHASES, LABELS=LABELS,
-                       claim_href=lambda cid: f"claims/{cid}.html")
+                       claim_href=lambda cid: f"claims/{cid}.html", has_teaching=False)
     return env
 
 
@@ -406,6 +406,8 @@ def _reader_pages(db: sqlite_utils.Database, data: SiteData, outline: Outline, e
 def _build(db: sqlite_utils.Database, cfg: Config, data: SiteData, outline: Outline, env: Environment, base: Path,
            out: _Writer, changes: dict[str, Any] | None) -> int:
     (out.new / "claims").mkdir()
+    # The nav links the learner pages only when there are any (write_teaching writes none without teach.* claims).
+    env.globals["has_teaching"] = bool(teaching_sources(data))
     _copy_static(base / "static", out.new / "static")
     out.write(".nojekyll", "")
     _write_index(data, out)

@@ -205,6 +205,8 @@ def anchor_view(anchor: dict[str, Any], sources: dict[str, dict[str, Any]],
             view["details"].append("its URL is not an https:// URL, so it is not linked")
         if src.get("retrieved"):
             view["details"].append(f"retrieved {src['retrieved']}")
+        if src.get("why_unhashed"):
+            view["details"].append(f"no content hash: {src['why_unhashed']}")
     elif kind == "private":
         view["details"].append(f"not publicly checkable: {src.get('why_uncheckable', '')}")
     view["locator"] = ", ".join(f"{k} {anchor[k]}" for k in LOCATORS if anchor.get(k))
@@ -237,7 +239,8 @@ def source_links(src: dict[str, Any]) -> list[tuple[str, str | None]]:
                 (f"commit {commit}", f"{base.rstrip('/')}/tree/{commit}" if base else None)]
     if kind == "web":
         return [(src.get("url", ""), safe_url(src.get("url")))] + (
-            [(f"retrieved {src['retrieved']}", None)] if src.get("retrieved") else [])
+            [(f"retrieved {src['retrieved']}", None)] if src.get("retrieved") else []) + (
+            [(f"no content hash: {src['why_unhashed']}", None)] if src.get("why_unhashed") else [])
     if kind == "private":
         return [(f"not publicly checkable: {src.get('why_uncheckable', '')}", None)]
     return []
