@@ -177,6 +177,20 @@ def object_keys(rev: Revision, files: list[str], compiler: str, shim: str, cut_c
     return {f: _key(*base, f) for f in files}
 
 
+def pinned_clones() -> tuple[str, str]:
+    """Local git directories of flash-attention and cutlass: kb.local.toml / KB_CLONE_*, else `kb sources fetch`'s cache."""
+    from kb.config import load_config
+    from kb.pinned.clones import clone_paths
+    from kb.records.loader import load_corpus
+
+    cfg = load_config()
+    clones = clone_paths(cfg, load_corpus(cfg.root))
+    clone, cut = clones.get("flash-attention"), clones.get("cutlass")
+    if not clone or not cut:
+        raise FileNotFoundError("needs local clones of flash-attention and cutlass (kb sources fetch, or kb.local.toml)")
+    return clone, cut
+
+
 def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = print,
           root: Path | None = None) -> Path:
     """Build (or find cached) the revision's library; returns its folder (libkb.so + manifest.json).
@@ -186,9 +200,6 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     compiled, so adding a unit or changing the harness recompiles only what changed. `root` replaces
     build_root() (--check-reproducible builds into a second one).
     """
-    from kb.config import load_config
-    from kb.pinned.clones import clone_paths
-    from kb.records.loader import load_corpus
     from verifiers.pinned import aten_shim, repro
     from verifiers.pinned.compiled import _materialise, _tool_version, gitlink
 
@@ -197,12 +208,7 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     for u in units:
         if u not in rev.units:
             raise KeyError(f"{name} has no unit {u!r}; known: {', '.join(sorted(rev.units))}")
-    cfg = load_config()
-    clones = clone_paths(cfg, load_corpus(cfg.root))  # kb.local.toml / KB_CLONE_*, else `kb sources fetch`'s cache
-    clone = clones.get("flash-attention")
-    cut = clones.get("cutlass")
-    if not clone or not cut:
-        raise FileNotFoundError("needs local clones of flash-attention and cutlass (kb sources fetch, or kb.local.toml)")
+    clone, cut = pinned_clones()
     nvcc = "nvcc"
     compiler = _tool_version(nvcc)
     root = root or build_root()
@@ -433,6 +439,43 @@ def load_probes() -> tuple[Any, dict[str, Any]]:
     return ctypes.CDLL(str(path / "libkb.so")), manifest
 
 
+def compare_builds(first: Path, second: Path, build_paths: list[str]) -> dict[str, Any]:
+    """Compare two build folders (manifest.json + libkb.so): keys, library hashes, objects, sections, paths.
+
+    `reproduced` is true when both have the same key and library sha256 and each library's bytes
+    match its manifest. `build_paths_in_library` lists which of `build_paths` occur in the second
+    library's bytes.
+    """
+    from verifiers.pinned import repro
+
+    recorded = json.loads((first / "manifest.json").read_text())
+    rebuilt = json.loads((second / "manifest.json").read_text())
+    actual = {d: repro.sha256_file(d / "libkb.so") if (d / "libkb.so").exists() else None for d in (first, second)}
+    same_key = rebuilt["key"] == recorded["key"]
+    same_lib = rebuilt["library_sha256"] == recorded["library_sha256"] == actual[first] == actual[second]
+    objs_a, objs_b = recorded.get("object_sha256", {}), rebuilt.get("object_sha256", {})
+    report: dict[str, Any] = {
+        "revision": recorded["revision"], "recorded": str(first), "rebuilt": str(second),
+        "recorded_key": recorded["key"], "rebuilt_key": rebuilt["key"],
+        "recorded_library_sha256": recorded["library_sha256"], "rebuilt_library_sha256": rebuilt["library_sha256"],
+        "reproduced": same_key and same_lib,
+        "objects_differing": sorted(f for f in set(objs_a) | set(objs_b) if objs_a.get(f) != objs_b.get(f)),
+        "library_sections_differing": ([] if same_lib or None in actual.values()
+                                       else repro.differing_sections(first / "libkb.so", second / "libkb.so")),
+        "build_paths_in_library": (repro.paths_found(second / "libkb.so", sorted(set(build_paths)))
+                                   if actual[second] else []),
+        "stage": rebuilt.get("reproducible", {}).get("stage"),
+    }
+    if actual[first] != recorded["library_sha256"]:
+        report["why"] = f"{first / 'libkb.so'} does not match its own manifest's library_sha256"
+    elif not same_key:
+        report["why"] = ("the inputs differ from the recorded build's (sources, flags or toolchain changed since): "
+                         "the recorded hash cannot be re-derived from this checkout")
+    elif not same_lib:
+        report["why"] = "same key, different bytes: the build is not reproducible"
+    return report
+
+
 def check_reproducible(name: str, jobs: int = 2, into: Path | None = None, log: Any = print) -> dict[str, Any]:
     """Rebuild the recorded build of `name` from scratch in a second directory; compare with its recorded hash.
 
@@ -443,8 +486,6 @@ def check_reproducible(name: str, jobs: int = 2, into: Path | None = None, log: 
     which objects and library sections differ. The second folder is removed when the build reproduced
     and kb chose it; kept (and named) otherwise.
     """
-    from verifiers.pinned import repro
-
     folder = build_root() / name
     if name != PROBES:
         revision(name)
@@ -467,29 +508,8 @@ def check_reproducible(name: str, jobs: int = 2, into: Path | None = None, log: 
         out = build_probes(log=log, root=second / "pinned")
     else:
         out = build(name, sorted(recorded["units"]), jobs, log=log, root=second / "pinned")
-    rebuilt = json.loads((out / "manifest.json").read_text())
-    same_key = rebuilt["key"] == recorded["key"]
-    same_lib = rebuilt["library_sha256"] == recorded["library_sha256"]
-    checkout = str(HERE.parents[1])
-    report: dict[str, Any] = {
-        "revision": name, "recorded": str(first), "rebuilt": str(out),
-        "recorded_key": recorded["key"], "rebuilt_key": rebuilt["key"],
-        "recorded_library_sha256": recorded["library_sha256"], "rebuilt_library_sha256": rebuilt["library_sha256"],
-        "reproduced": same_key and same_lib,
-        "objects_differing": sorted(f for f in set(recorded.get("object_sha256", {})) | set(rebuilt["object_sha256"])
-                                    if recorded.get("object_sha256", {}).get(f) != rebuilt["object_sha256"].get(f)),
-        "library_sections_differing": ([] if same_lib or not (first / "libkb.so").exists()
-                                       else repro.differing_sections(first / "libkb.so", out / "libkb.so")),
-        # Build and checkout folders must not be in the bytes; the fixed stage folder may (device line tables).
-        "build_paths_in_library": repro.paths_found(out / "libkb.so", sorted({checkout, str(build_root().parent),
-                                                                               str(second)})),
-        "stage": rebuilt["reproducible"]["stage"],
-    }
-    if not same_key:
-        report["why"] = ("the inputs differ from the recorded build's (sources, flags or toolchain changed since): "
-                         "the recorded hash cannot be re-derived from this checkout")
-    elif not same_lib:
-        report["why"] = "same key, different bytes: the build is not reproducible"
+    # Build and checkout folders must not be in the bytes; the fixed stage folder may be (device line tables).
+    report = compare_builds(first, out, [str(HERE.parents[1]), str(build_root().parent), str(second)])
     if own and report["reproduced"] and not report["build_paths_in_library"]:
         shutil.rmtree(second, ignore_errors=True)
         report["rebuilt"] = "(removed)"
