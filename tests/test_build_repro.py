@@ -2,11 +2,12 @@
 
 A toy revision stands in for a pin: a git repository with a unit and a header under `csrc/toy/src`
 and a cutlass gitlink to a second repository, built by the real `build()` with FA1's flags
-(`-lineinfo`, asserts on), kb's ATen stand-ins and a harness-like unit of kb's own that includes
-`kb_attn_abi.h`. Every nvcc call is real. Two checkouts at different paths build into two caches from
-two working directories; the libraries must be byte-identical and hold neither path. Controls: a
-changed flag or a changed pinned source changes the hash, the naive compile (what build.py did
-before) differs between the two checkouts, and a tampered record is reported as not reproduced.
+(`-lineinfo`, asserts on), kb's ATen stand-ins, FA3's link-time libcuda stand-in and a harness-like
+unit of kb's own that includes `kb_attn_abi.h`. Every nvcc call is real. Two checkouts at different
+paths build into two caches from two working directories; the libraries must be byte-identical and
+hold neither path. Controls: a changed flag or a changed pinned source changes the hash, the naive
+compile (what build.py did before) differs between the two checkouts, and a tampered record is
+reported as not reproduced.
 """
 
 from __future__ import annotations
@@ -31,21 +32,25 @@ TOY_H = """#pragma once
 #ifndef KB_TOY_SCALE
 #define KB_TOY_SCALE 2
 #endif
+static __device__ __noinline__ float toy_twice(float x) { return 2.f * x; }  // internal linkage: a module-id name
 template <int D> __global__ void toy_fwd_kernel(const __half* q, __half* o, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   assert(n >= 0);  // a device assert: __FILE__ of the pinned tree in the cubin
-  if (i < n) o[i] = __float2half(toy_cutlass::scale<D>(__half2float(q[i])) * KB_TOY_SCALE);
+  if (i < n) o[i] = __float2half(toy_twice(toy_cutlass::scale<D>(__half2float(q[i]))) * KB_TOY_SCALE);
 }
-void run_toy_fwd(const void* q, void* o, int n, cudaStream_t stream);
+template <int D> void run_toy_fwd_(const void* q, void* o, int n, cudaStream_t stream);
 """
 
+# Like every FA3 kernel unit, only an explicit instantiation: no external non-template function for
+# nvcc's module id to end in, so without -frandom-seed it ends in a hash and the pid.
 TOY_UNIT = """#include <ATen/cuda/CUDAContext.h>  // kb's stand-in, as the FA1/FA2 units include it
 #include "toy.h"
-void run_toy_fwd(const void* q, void* o, int n, cudaStream_t stream) {
+template <int D> void run_toy_fwd_(const void* q, void* o, int n, cudaStream_t stream) {
   assert(n < (1 << 30));  // a host assert: __FILE__ in the host object
-  toy_fwd_kernel<64><<<(n + 127) / 128, 128, 0, stream>>>(static_cast<const __half*>(q), static_cast<__half*>(o), n);
+  toy_fwd_kernel<D><<<(n + 127) / 128, 128, 0, stream>>>(static_cast<const __half*>(q), static_cast<__half*>(o), n);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+template void run_toy_fwd_<64>(const void*, void*, int, cudaStream_t);
 """
 
 TOY_CUTLASS = """#pragma once
@@ -65,7 +70,7 @@ cudaDeviceProp* getCurrentDeviceProperties() { static cudaDeviceProp p; return &
 extern "C" {
 int kb_fwd(KbAttnArgs* a, cudaStream_t s) {
   if (!a) { std::fprintf(stderr, "%s: no arguments\\n", __FILE__); return 1; }
-  run_toy_fwd(a->q, a->o, a->batch, s);
+  run_toy_fwd_<64>(a->q, a->o, a->batch, s);
   return 0;
 }
 const char* kb_units() {
@@ -119,7 +124,8 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         name="toy", pin="toy", sha=sha, src_dir="csrc/toy/src", cutlass_path="csrc/cutlass", cutlass_dirs=("include",),
         tree_dirs=("csrc/toy",), units={"fwd:fp16:64": "toy_fwd.cu"}, default_units=("fwd:fp16:64",),
         gencode="arch=compute_90,code=sm_90", flags=pinned_build.REVISIONS["fa1-v1.0.9"].flags,  # -lineinfo, asserts on
-        harness="toy_harness.cu", aten_shim=True)
+        harness="toy_harness.cu", aten_shim=True,
+        driver_symbols=("cuToyDriverCall",))  # the link-time libcuda stand-in, as FA3's: nvlink records its -L folder
     monkeypatch.setitem(pinned_build.REVISIONS, "toy", rev)
     monkeypatch.setattr(pinned_build, "pinned_clones", lambda: (str(fa), str(tmp_path / "repos" / "cutlass")))
     monkeypatch.setenv(repro.STAGE_ENV, str(tmp_path / "stage"))
@@ -237,6 +243,10 @@ def test_staged_files_are_content_addressed_with_a_fixed_mtime(tmp_path: Path, m
     assert {int((one / n).stat().st_mtime) for n in ("a.h", "sub/b.cu")} == {repro.EPOCH}
     with pytest.raises(ValueError, match="leaves its folder"):
         repro.stage_files("harness", {"../evil.h": b""})
+    built = repro.stage_files("tool", {"in.txt": b"abc"}, run=["cp", "in.txt", "out.txt"])
+    assert (built / "out.txt").read_bytes() == b"abc" and built.name != one.name
+    with pytest.raises(RuntimeError, match="staging tool"):
+        repro.stage_files("tool", {"in.txt": b"abc"}, run=["false"])
     monkeypatch.setenv(repro.STAGE_ENV, "relative/stage")
     with pytest.raises(ValueError, match="absolute path"):
         repro.stage_root()

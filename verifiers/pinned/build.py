@@ -272,12 +272,11 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     link = ["--cudart", "shared"]  # one CUDA runtime per process: torch's libcudart.so.13, loaded before this library
     if rev.driver_symbols:
         # No GPU driver here: link against a stand-in that declares the same soname; the driver's
-        # libcuda.so.1 provides the real functions at run time.
-        stub = out / "stub"
-        stub.mkdir(exist_ok=True)
-        (stub / "cuda_stub.c").write_text("".join(f"int {sym}(void) {{ return 999; }}\n" for sym in rev.driver_symbols))
-        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so"),
-                        str(stub / "cuda_stub.c")], check=True, timeout=120)
+        # libcuda.so.1 provides the real functions at run time. It lives in the stage: nvlink records
+        # its -L folders in the library.
+        stub = repro.stage_files(
+            "cuda-stub", {"cuda_stub.c": "".join(f"int {sym}(void) {{ return 999; }}\n" for sym in rev.driver_symbols).encode()},
+            run=["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so", "cuda_stub.c"])
         link += [f"-L{stub}", "-lcuda"]
     objs = [str(objects / f"{obj_keys[f]}.o") for f in files] + [str(out / "harness.o")]  # a fixed order
     res = subprocess.run([nvcc, "-shared", "-gencode", rev.gencode, "-o", str(lib), *objs, *link, *repro.LINK_FLAGS],

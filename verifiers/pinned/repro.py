@@ -9,6 +9,11 @@ pinned builds"), these got into the bytes:
   object's STT_FILE symbol: two compiles in the same folder differ. `-objtemp` (`--objdir-as-tempdir`)
   names the intermediates after the object instead, so every unit is compiled to the fixed name
   `kb.o` in a private folder and renamed into the cache.
+- nvcc's module id (in the `_INTERNAL_<hash>_<len>_<unit>_cu_...` names of every internal-linkage
+  entity and in the registration code) ends in the unit's first external non-template function; a
+  unit that has none, such as every FA3 kernel unit (explicit template instantiations only), gets
+  `<hash>_<pid>` there instead. `-frandom-seed=<seed>` replaces it; the seed is derived from the
+  unit's path in the stage, so units differ from one another but not from build to build.
 - The absolute path of the source: in nvcc's module id (a hash of the path, in symbol names), in the
   fatbinary's ident, in `__FILE__` (device and host asserts), and with `-lineinfo` in the cubin's
   `.debug_line` directory table and the embedded PTX's `.file` directives. cicc makes every path
@@ -18,6 +23,8 @@ pinned builds"), these got into the bytes:
   there; `-Xcompiler -ffile-prefix-map=<root>=.` makes the host side's strings relative as well.
 - With `-lineinfo` ptxas records each source file's mtime and size in the line table. Staged kb files
   get the fixed mtime EPOCH; the pinned trees keep what `git archive` gives them (the commit time).
+- nvlink writes its own command line into the device-linked image, `-L` folders included: the
+  link-time libcuda.so.1 stand-in (FA3) is built in the stage too, not in the build folder.
 - What else the bytes depend on is put in the key: nvcc's build, the host compiler's version and the
   toolkit's location (its headers' paths are in the device line tables).
 
@@ -61,6 +68,13 @@ def compile_flags(stage: Path) -> list[str]:
     return ["-objtemp", "-Xcompiler", f"-ffile-prefix-map={stage}=."]
 
 
+def random_seed(src: Path, stage: Path) -> str:
+    """nvcc's -frandom-seed for a unit: from its path inside the stage (one per unit, the same every build)."""
+    if not Path(src).is_relative_to(stage):
+        raise ValueError(f"{src} is not in the stage {stage}: compiled from there, its bytes would name the folder")
+    return "0x" + hashlib.sha256(str(Path(src).relative_to(stage)).encode()).hexdigest()[:8]
+
+
 @cache
 def toolkit_root(nvcc: str = "nvcc") -> str:
     """The CUDA toolkit nvcc runs from (its TOP, as `nvcc -dryrun` prints it), resolved."""
@@ -80,7 +94,9 @@ def host_compiler() -> str:
 def environment(nvcc: str = "nvcc") -> dict[str, Any]:
     """What the library's bytes depend on besides sources and flags; part of every build key."""
     stage = stage_root()
-    return {"scheme": SCHEME, "stage": str(stage), "compile_flags": compile_flags(stage), "link_flags": list(LINK_FLAGS),
+    return {"scheme": SCHEME, "stage": str(stage), "compile_flags": compile_flags(stage),
+            "random_seed": "-frandom-seed=0x<sha256 of the unit's path in the stage, 8 hex digits>",
+            "link_flags": list(LINK_FLAGS),
             "epoch": EPOCH, "host_compiler": host_compiler(), "toolkit": toolkit_root(nvcc)}
 
 
@@ -89,21 +105,25 @@ def compile_env() -> dict[str, str]:
     return {**os.environ, "SOURCE_DATE_EPOCH": str(EPOCH)}
 
 
-def _digest(files: dict[str, bytes]) -> str:
+def _digest(files: dict[str, bytes], run: list[str] | None) -> str:
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    if run:
+        h.update(b"\0run\0" + "\0".join(run).encode())
     return h.hexdigest()[:16]
 
 
-def stage_files(kind: str, files: dict[str, bytes]) -> Path:
+def stage_files(kind: str, files: dict[str, bytes], run: list[str] | None = None) -> Path:
     """`files` (relative name -> bytes) under <stage>/<kind>-<digest>/, each with mtime EPOCH; returns the folder.
 
     Content-addressed and written once: a folder that exists holds exactly these bytes. It is filled
-    in a private folder and renamed into place, so concurrent builds never see half of it.
+    in a private folder and renamed into place, so concurrent builds never see half of it. `run`, a
+    command, is run inside the private folder before the rename (it is part of the digest; what it
+    writes stays): how a link-time stand-in library gets a fixed path.
     """
     stage = stage_root()
-    dest = stage / f"{kind}-{_digest(files)}"
+    dest = stage / f"{kind}-{_digest(files, run)}"
     if dest.is_dir():
         return dest
     tmp = Path(tempfile.mkdtemp(dir=stage, prefix=f".{kind}-"))
@@ -114,6 +134,11 @@ def stage_files(kind: str, files: dict[str, bytes]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         os.utime(path, (EPOCH, EPOCH))
+    if run:
+        res = subprocess.run(run, cwd=tmp, capture_output=True, text=True, timeout=300, env=compile_env())
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError(f"staging {kind}: {' '.join(run)} failed:\n{res.stderr[-2000:]}")
     os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the stage from other users of a shared /tmp
     try:
         os.rename(tmp, dest)
@@ -132,11 +157,13 @@ def compile_object(nvcc: str, args: list[str], src: Path, obj: Path, timeout: in
     and renamed over `obj`.
     """
     stage = stage_root()
+    seed = random_seed(src, stage)
     obj.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=obj.parent, prefix=".kbc-"))
     t0 = time.time()
     try:
-        res = subprocess.run([nvcc, *args, *compile_flags(stage), "-c", str(src), "-o", str(work / OBJECT_NAME)],
+        res = subprocess.run([nvcc, *args, *compile_flags(stage), f"-frandom-seed={seed}", "-c", str(src), "-o",
+                              str(work / OBJECT_NAME)],
                              capture_output=True, text=True, timeout=timeout, cwd=stage, env=compile_env())
         if res.returncode != 0:
             raise RuntimeError(f"nvcc failed on {src.name}:\n{res.stderr[-3000:]}")
