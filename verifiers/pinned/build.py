@@ -10,9 +10,15 @@ cached by (SHA, units, flags, compiler, harness, shim) under
 the source SHA, the cutlass commit, flags, compiler, what kb supplied, and the
 ptxas resource lines of every kernel.
 
+Builds are reproducible (verifiers/pinned/repro.py): sources are compiled from
+one fixed stage folder, never from the checkout or the cache, so the library's
+sha256 in the manifest follows from its key alone, whatever the build directory.
+
 Run on any machine with nvcc (no GPU needed):
 `python -m verifiers.pinned.build [--rev fa2-v2.0.0 ...] [-j 2]`; carry the
 `.kb/build/pinned` folder to the GPU machine.
+`python -m verifiers.pinned.build --check-reproducible REV` rebuilds REV from
+scratch in a second directory and compares with the recorded library hash.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -157,24 +165,42 @@ def parse_ptxas(text: str) -> dict[str, dict[str, int | str]]:
     return out
 
 
-def object_keys(rev: Revision, files: list[str], compiler: str, shim: str, cut_commit: str) -> dict[str, str]:
-    """Cache key of each pinned unit's object: (SHA, cutlass commit, file, flags, compiler, include set, shim)."""
+def object_keys(rev: Revision, files: list[str], compiler: str, shim: str, cut_commit: str,
+                env: dict[str, Any] | None = None) -> dict[str, str]:
+    """Cache key of each pinned unit's object: (SHA, cutlass commit, file, flags, compiler, include set, shim).
+
+    `env` is what else the bytes depend on (verifiers.pinned.repro.environment: stage folder,
+    reproducibility flags, host compiler, toolkit location).
+    """
     base = [rev.sha, cut_commit, rev.gencode, list(rev.flags), compiler, shim, rev.cutlass_dirs, rev.tree_dirs,
-            rev.extra_includes, rev.src_dir]
+            rev.extra_includes, rev.src_dir, env]
     return {f: _key(*base, f) for f in files}
 
 
-def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = print) -> Path:
-    """Build (or find cached) the revision's library; returns its folder (libkb.so + manifest.json).
-
-    Each pinned unit's object is cached on its own by (SHA, file, flags, compiler, include set, shim),
-    with the ptxas report captured when it was compiled, so adding a unit or changing the harness
-    recompiles only what changed.
-    """
+def pinned_clones() -> tuple[str, str]:
+    """Local git directories of flash-attention and cutlass: kb.local.toml / KB_CLONE_*, else `kb sources fetch`'s cache."""
     from kb.config import load_config
     from kb.pinned.clones import clone_paths
     from kb.records.loader import load_corpus
-    from verifiers.pinned import aten_shim
+
+    cfg = load_config()
+    clones = clone_paths(cfg, load_corpus(cfg.root))
+    clone, cut = clones.get("flash-attention"), clones.get("cutlass")
+    if not clone or not cut:
+        raise FileNotFoundError("needs local clones of flash-attention and cutlass (kb sources fetch, or kb.local.toml)")
+    return clone, cut
+
+
+def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = print,
+          root: Path | None = None) -> Path:
+    """Build (or find cached) the revision's library; returns its folder (libkb.so + manifest.json).
+
+    Each pinned unit's object is cached on its own by (SHA, file, flags, compiler, include set, shim,
+    toolchain environment), with the ptxas report and the object's sha256 captured when it was
+    compiled, so adding a unit or changing the harness recompiles only what changed. `root` replaces
+    build_root() (--check-reproducible builds into a second one).
+    """
+    from verifiers.pinned import aten_shim, repro
     from verifiers.pinned.compiled import _materialise, _tool_version, gitlink
 
     rev = revision(name)
@@ -182,21 +208,17 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     for u in units:
         if u not in rev.units:
             raise KeyError(f"{name} has no unit {u!r}; known: {', '.join(sorted(rev.units))}")
-    cfg = load_config()
-    clones = clone_paths(cfg, load_corpus(cfg.root))  # kb.local.toml / KB_CLONE_*, else `kb sources fetch`'s cache
-    clone = clones.get("flash-attention")
-    cut = clones.get("cutlass")
-    if not clone or not cut:
-        raise FileNotFoundError("needs local clones of flash-attention and cutlass (kb sources fetch, or kb.local.toml)")
+    clone, cut = pinned_clones()
     nvcc = "nvcc"
     compiler = _tool_version(nvcc)
-    root = build_root()
-    cache = root.parent
+    root = root or build_root()
+    env = repro.environment(nvcc)
     shim = aten_shim.digest() if rev.aten_shim else ""
     cut_commit = gitlink(clone, rev.sha, rev.cutlass_path)
     files = sorted({rev.units[u] for u in units})  # FA1 units hold both dtypes: compile each file once
-    obj_keys = object_keys(rev, files, compiler, shim, cut_commit)
-    key = _key(rev.name, sorted(obj_keys.values()), units, harness_digest(rev), rev.driver_symbols, "cudart-shared")
+    obj_keys = object_keys(rev, files, compiler, shim, cut_commit, env)
+    key = _key(rev.name, sorted(obj_keys.values()), units, harness_digest(rev), rev.driver_symbols, "cudart-shared",
+               env)
     out = root / name / key
     if (out / "manifest.json").exists():
         log(f"{name}: cached build {key} ({len(units)} units)")
@@ -205,59 +227,60 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     out.mkdir(parents=True, exist_ok=True)
     objects = root / "objects"
     objects.mkdir(parents=True, exist_ok=True)
-    tree = _materialise(clone, rev.sha, list(rev.tree_dirs), cache)
-    cut_tree = _materialise(cut, cut_commit, list(rev.cutlass_dirs), cache)
-    incs = [f"-I{HERE / 'harness'}", f"-I{tree / rev.src_dir}", *[f"-I{cut_tree / d}" for d in rev.cutlass_dirs],
+    # Everything nvcc reads from kb or the pins is staged under the fixed stage folder (repro.py): the
+    # paths it embeds (module ids, __FILE__, line tables) are then the same in every build directory.
+    stage = repro.stage_root()
+    tree = _materialise(clone, rev.sha, list(rev.tree_dirs), stage)
+    cut_tree = _materialise(cut, cut_commit, list(rev.cutlass_dirs), stage)
+    harness = repro.stage_files("harness", {n: (HERE / "harness" / n).read_bytes()
+                                            for n in ("kb_attn_abi.h", rev.harness)})
+    incs = [f"-I{harness}", f"-I{tree / rev.src_dir}", *[f"-I{cut_tree / d}" for d in rev.cutlass_dirs],
             *[f"-I{tree / d}" for d in rev.extra_includes]]
     if rev.aten_shim:
-        incs.insert(0, f"-I{aten_shim.write(cache)}")
+        incs.insert(0, f"-I{repro.stage_files('aten-shim', {n: t.encode() for n, t in aten_shim.FILES.items()})}")
     base = ["-gencode", rev.gencode, *rev.flags, "-Xcompiler", "-fPIC", *incs]
 
     def compile_one(src: Path, obj: Path, extra: list[str]) -> tuple[float, str]:
-        t0 = time.time()
-        tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
-        res = subprocess.run([nvcc, *base, *extra, "-c", str(src), "-o", str(tmp)],
-                             capture_output=True, text=True, timeout=3600)
-        if res.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {src.name}:\n{res.stderr[-3000:]}")
-        os.replace(tmp, obj)
-        return time.time() - t0, res.stderr + res.stdout
+        return repro.compile_object(nvcc, [*base, *extra], src, obj)
 
     todo = [f for f in files if not (objects / f"{obj_keys[f]}.json").exists()]
     log(f"{name}: {len(files) - len(todo)} of {len(files)} pinned units cached; compiling {len(todo)} + harness "
         f"with {jobs} jobs ({compiler})")
 
     def unit_job(f: str) -> None:
-        secs, text = compile_one(tree / rev.src_dir / f, objects / f"{obj_keys[f]}.o", ["-Xptxas", "-v"])
-        meta = {"file": f"{rev.src_dir}/{f}", "seconds": round(secs, 1), "ptxas": parse_ptxas(text)}
+        obj = objects / f"{obj_keys[f]}.o"
+        secs, text = compile_one(tree / rev.src_dir / f, obj, ["-Xptxas", "-v"])
+        meta = {"file": f"{rev.src_dir}/{f}", "seconds": round(secs, 1), "ptxas": parse_ptxas(text),
+                "sha256": repro.sha256_file(obj)}
         (objects / f"{obj_keys[f]}.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         log(f"  {f}: {secs:.0f} s")
 
     defines = [f"-DKB_UNIT_{u.replace(':', '_')}" for u in units]
     with ThreadPoolExecutor(max_workers=jobs) as ex:
         futs = [ex.submit(unit_job, f) for f in todo]
-        futs.append(ex.submit(compile_one, HERE / "harness" / rev.harness, out / "harness.o", defines))
+        futs.append(ex.submit(compile_one, harness / rev.harness, out / "harness.o", defines))
         for fut in futs:
             fut.result()
-    seconds, ptxas = {}, {}
+    seconds, ptxas, object_sha = {}, {}, {}
     for f in files:
         meta = json.loads((objects / f"{obj_keys[f]}.json").read_text())
         seconds[f] = meta["seconds"]
         ptxas.update(meta["ptxas"])
+        object_sha[f] = meta["sha256"]
+    object_sha[rev.harness] = repro.sha256_file(out / "harness.o")
     lib = out / "libkb.so"
     link = ["--cudart", "shared"]  # one CUDA runtime per process: torch's libcudart.so.13, loaded before this library
     if rev.driver_symbols:
         # No GPU driver here: link against a stand-in that declares the same soname; the driver's
-        # libcuda.so.1 provides the real functions at run time.
-        stub = out / "stub"
-        stub.mkdir(exist_ok=True)
-        (stub / "cuda_stub.c").write_text("".join(f"int {sym}(void) {{ return 999; }}\n" for sym in rev.driver_symbols))
-        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so"),
-                        str(stub / "cuda_stub.c")], check=True, timeout=120)
+        # libcuda.so.1 provides the real functions at run time. It lives in the stage: nvlink records
+        # its -L folders in the library.
+        stub = repro.stage_files(
+            "cuda-stub", {"cuda_stub.c": "".join(f"int {sym}(void) {{ return 999; }}\n" for sym in rev.driver_symbols).encode()},
+            run=["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so", "cuda_stub.c"])
         link += [f"-L{stub}", "-lcuda"]
-    objs = [str(objects / f"{obj_keys[f]}.o") for f in files] + [str(out / "harness.o")]
-    res = subprocess.run([nvcc, "-shared", "-gencode", rev.gencode, "-o", str(lib), *objs, *link],
-                         capture_output=True, text=True, timeout=600)
+    objs = [str(objects / f"{obj_keys[f]}.o") for f in files] + [str(out / "harness.o")]  # a fixed order
+    res = subprocess.run([nvcc, "-shared", "-gencode", rev.gencode, "-o", str(lib), *objs, *link, *repro.LINK_FLAGS],
+                         capture_output=True, text=True, timeout=600, cwd=stage, env=repro.compile_env())
     if res.returncode != 0:
         raise RuntimeError(f"link failed: {res.stderr[-2000:]}")
     (out / "harness.o").unlink()
@@ -271,9 +294,10 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
                            + ([f"verifiers/pinned/aten_shim.py ({shim})"] if rev.aten_shim else [])
                            + ([f"link-time libcuda.so.1 stand-in for {', '.join(rev.driver_symbols)} (the driver's at run time)"]
                               if rev.driver_symbols else [])),
-        "link": link[:2] + (["-lcuda"] if rev.driver_symbols else []),
+        "link": link[:2] + (["-lcuda"] if rev.driver_symbols else []) + list(repro.LINK_FLAGS),
         "pinned_sources": "unchanged, compiled from the tree at source_sha",
         "compile_seconds": seconds, "ptxas": ptxas, "key": key, "object_keys": obj_keys,
+        "reproducible": env, "object_sha256": object_sha,
         "library_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
         "library_bytes": lib.stat().st_size,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -358,32 +382,46 @@ def provenance(name: str) -> dict[str, Any]:
 PROBES = "probes"
 
 
-def build_probes(log: Any = print) -> Path:
-    """kb's own GPU micro-probes (harness/probes.cu) as a library, cached by (source, flags, compiler)."""
+def build_probes(log: Any = print, root: Path | None = None) -> Path:
+    """kb's own GPU micro-probes (harness/probes.cu) as a library, cached by (source, flags, compiler, toolchain).
+
+    Compiled from the stage like the pinned units (verifiers/pinned/repro.py), then linked; `root`
+    replaces build_root().
+    """
+    from verifiers.pinned import repro
     from verifiers.pinned.compiled import _tool_version
 
     compiler = _tool_version("nvcc")
-    src = HERE / "harness" / "probes.cu"
-    flags = ["-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC", "-shared",
-             "--cudart", "shared"]
-    key = _key(hashlib.sha256(src.read_bytes()).hexdigest(), flags, compiler)
-    out = build_root() / PROBES / key
+    src_bytes = (HERE / "harness" / "probes.cu").read_bytes()
+    gencode = ["-gencode", "arch=compute_90,code=sm_90"]
+    flags = ["-O3", "-std=c++17", *gencode, "-Xcompiler", "-fPIC"]
+    link = ["-shared", *gencode, "--cudart", "shared", *repro.LINK_FLAGS]
+    env = repro.environment("nvcc")
+    root = root or build_root()
+    key = _key(hashlib.sha256(src_bytes).hexdigest(), flags, link, compiler, env)
+    out = root / PROBES / key
     if (out / "manifest.json").exists():
         log(f"probes: cached build {key}")
-        _point_current(build_root() / PROBES, key)
+        _point_current(root / PROBES, key)
         return out
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = subprocess.run(["nvcc", *flags, "-o", str(out / "libkb.so"), str(src)], capture_output=True, text=True,
-                         timeout=900)
+    src = repro.stage_files("probes", {"probes.cu": src_bytes}) / "probes.cu"
+    repro.compile_object("nvcc", flags, src, out / "probes.o", timeout=900)
+    res = subprocess.run(["nvcc", *link, "-o", str(out / "libkb.so"), str(out / "probes.o")], capture_output=True,
+                         text=True, timeout=900, cwd=repro.stage_root(), env=repro.compile_env())
     if res.returncode != 0:
-        raise RuntimeError(f"nvcc failed on probes.cu:\n{res.stderr[-3000:]}")
+        raise RuntimeError(f"link of probes.cu failed:\n{res.stderr[-3000:]}")
+    object_sha = {"probes.cu": repro.sha256_file(out / "probes.o")}
+    (out / "probes.o").unlink()
     manifest = {"revision": PROBES, "source": "kb (verifiers/pinned/harness/probes.cu)", "source_sha256":
-                hashlib.sha256(src.read_bytes()).hexdigest(), "flags": flags, "compiler": compiler, "key": key,
+                hashlib.sha256(src_bytes).hexdigest(), "flags": flags, "link": link, "compiler": compiler, "key": key,
+                "reproducible": env, "object_sha256": object_sha,
+                "library_sha256": repro.sha256_file(out / "libkb.so"), "library_bytes": (out / "libkb.so").stat().st_size,
                 "compile_seconds": round(time.time() - t0, 1),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    _point_current(build_root() / PROBES, key)
+    _point_current(root / PROBES, key)
     log(f"probes: built {key} in {manifest['compile_seconds']} s")
     return out
 
@@ -400,14 +438,113 @@ def load_probes() -> tuple[Any, dict[str, Any]]:
     return ctypes.CDLL(str(path / "libkb.so")), manifest
 
 
+def compare_builds(first: Path, second: Path, build_paths: list[str]) -> dict[str, Any]:
+    """Compare two build folders (manifest.json + libkb.so): keys, library hashes, objects, sections, paths.
+
+    `reproduced` is true when both have the same key and library sha256 and each library's bytes
+    match its manifest. `build_paths_in_library` lists which of `build_paths` occur in the second
+    library's bytes.
+    """
+    from verifiers.pinned import repro
+
+    recorded = json.loads((first / "manifest.json").read_text())
+    rebuilt = json.loads((second / "manifest.json").read_text())
+    actual = {d: repro.sha256_file(d / "libkb.so") if (d / "libkb.so").exists() else None for d in (first, second)}
+    same_key = rebuilt["key"] == recorded["key"]
+    same_lib = rebuilt["library_sha256"] == recorded["library_sha256"] == actual[first] == actual[second]
+    objs_a, objs_b = recorded.get("object_sha256", {}), rebuilt.get("object_sha256", {})
+    report: dict[str, Any] = {
+        "revision": recorded["revision"], "recorded": str(first), "rebuilt": str(second),
+        "recorded_key": recorded["key"], "rebuilt_key": rebuilt["key"],
+        "recorded_library_sha256": recorded["library_sha256"], "rebuilt_library_sha256": rebuilt["library_sha256"],
+        "reproduced": same_key and same_lib,
+        "objects_differing": sorted(f for f in set(objs_a) | set(objs_b) if objs_a.get(f) != objs_b.get(f)),
+        "library_sections_differing": ([] if same_lib or None in actual.values()
+                                       else repro.differing_sections(first / "libkb.so", second / "libkb.so")),
+        "build_paths_in_library": (repro.paths_found(second / "libkb.so", sorted(set(build_paths)))
+                                   if actual[second] else []),
+        "stage": rebuilt.get("reproducible", {}).get("stage"),
+    }
+    if actual[first] != recorded["library_sha256"]:
+        report["why"] = f"{first / 'libkb.so'} does not match its own manifest's library_sha256"
+    elif not same_key:
+        report["why"] = ("the inputs differ from the recorded build's (sources, flags or toolchain changed since): "
+                         "the recorded hash cannot be re-derived from this checkout")
+    elif not same_lib:
+        report["why"] = "same key, different bytes: the build is not reproducible"
+    return report
+
+
+def check_reproducible(name: str, jobs: int = 2, into: Path | None = None, log: Any = print) -> dict[str, Any]:
+    """Rebuild the recorded build of `name` from scratch in a second directory; compare with its recorded hash.
+
+    The recorded build is the current one under build_root(). The rebuild compiles every object and
+    links again in `into` (a new temporary folder by default; it must not hold a build already), from
+    the same fixed stage folder (that is the point: verifiers/pinned/repro.py). Returns a report:
+    `reproduced` is true when the rebuild has the recorded key and library sha256; otherwise it says
+    which objects and library sections differ. The second folder is removed when the build reproduced
+    and kb chose it; kept (and named) otherwise.
+    """
+    folder = build_root() / name
+    if name != PROBES:
+        revision(name)
+    if not (folder / "current").exists():
+        raise FileNotFoundError(f"no recorded build of {name} under {folder}: "
+                                f"run `python -m verifiers.pinned.build --rev {name}` first")
+    first = folder / (folder / "current").read_text().strip()
+    recorded = json.loads((first / "manifest.json").read_text())
+    if "reproducible" not in recorded or "library_sha256" not in recorded:
+        raise RuntimeError(f"{first}: built before reproducible builds (its manifest records no toolchain "
+                           "environment); rebuild it, then check")
+    own = into is None
+    second = Path(tempfile.mkdtemp(prefix=f"kb-repro-{name}-")) if own else Path(into).resolve()
+    if (second / "pinned").exists():
+        raise RuntimeError(f"{second / 'pinned'} exists: the rebuild needs a directory without builds")
+    if second.resolve() == build_root().parent.resolve():
+        raise RuntimeError(f"{second} is the recorded build's own directory")
+    log(f"{name}: rebuilding recorded build {recorded['key']} from scratch in {second}")
+    if name == PROBES:
+        out = build_probes(log=log, root=second / "pinned")
+    else:
+        out = build(name, sorted(recorded["units"]), jobs, log=log, root=second / "pinned")
+    # Build and checkout folders must not be in the bytes; the fixed stage folder may be (device line tables).
+    report = compare_builds(first, out, [str(HERE.parents[1]), str(build_root().parent), str(second)])
+    if own and report["reproduced"] and not report["build_paths_in_library"]:
+        shutil.rmtree(second, ignore_errors=True)
+        report["rebuilt"] = "(removed)"
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: build the named revisions (default: all) with their default units."""
+    """Command line: build the named revisions (default: all) with their default units, or check one reproduces."""
     ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rev", action="append",
                     help=f"revision to build (repeatable); known: {', '.join([*REVISIONS, PROBES])}")
     ap.add_argument("--unit", action="append", help="phase:dtype:head_dim to build instead of the defaults")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
+    ap.add_argument("--check-reproducible", metavar="REV", action="append",
+                    help="rebuild REV's recorded build from scratch in a second directory and compare its library "
+                         "sha256 with the recorded one (exit 1 if it differs); repeatable")
+    ap.add_argument("--into", type=Path, help="with --check-reproducible: the second directory (default: a new "
+                                               "temporary one, removed when the build reproduced)")
     args = ap.parse_args(argv)
+    if args.check_reproducible:
+        if args.into and len(args.check_reproducible) > 1:
+            ap.error("--into takes one revision")
+        ok = True
+        try:
+            for name in args.check_reproducible:
+                rep = check_reproducible(name, args.jobs, args.into, log=lambda m: print(m, file=sys.stderr))
+                print(json.dumps(rep, indent=1))
+                print(f"{name}: {'REPRODUCED' if rep['reproduced'] else 'NOT REPRODUCED'} "
+                      f"{rep['rebuilt_library_sha256']} (recorded {rep['recorded_library_sha256']})"
+                      + (f"; build paths in the library: {rep['build_paths_in_library']}"
+                         if rep["build_paths_in_library"] else ""), file=sys.stderr)
+                ok = ok and rep["reproduced"] and not rep["build_paths_in_library"]
+        except (KeyError, FileNotFoundError, RuntimeError) as e:
+            print(f"pinned_build: {e}", file=sys.stderr)
+            return 2
+        return 0 if ok else 1
     try:
         for name in args.rev or [*REVISIONS, PROBES]:
             if name == PROBES:
