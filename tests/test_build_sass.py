@@ -2,7 +2,8 @@
 
 Fixtures are kb's own tests/fixtures/sass/kb_regs.cu compiled with `nvcc -arch=sm_90a -cubin -O3
 --use_fast_math -Xptxas -v` (CUDA 13.0) and read with cuobjdump 13 (`-sass` -> kb_regs_sm90a.sass,
-`-res-usage` -> kb_regs_sm90a.res; ptxas's report -> kb_regs_sm90a.ptxas). kb_wgmma_chain: three HGMMA
+`-res-usage` -> kb_regs_sm90a.res; ptxas's report -> kb_regs_sm90a.ptxas; nvdisasm `--life-range-mode count`
+-> kb_regs_sm90a.lr: at most 13 and 17 general registers live at one instruction). kb_wgmma_chain: three HGMMA
 (the first from zero, two accumulating into the same registers, one with A from registers), the exponential
 that ptxas placed after the `WARPGROUP.DEPBAR.LE gsb0, 0x0` wait, no local memory, 34 registers.
 kb_local_array: a dynamically indexed 1 KiB array in local memory (69 STL, 6 LDL) with no spills, 30 registers.
@@ -89,6 +90,28 @@ def test_register_and_spill_expectations_refute() -> None:
     assert judge(values, expect)[0] == "refutes"
 
 
+def test_live_register_counts_and_a_mutation() -> None:
+    text = (FIX / "kb_regs_sm90a.lr").read_text()
+    live = B.live_registers(text)
+    assert live == {CHAIN: 13, LOCAL: 17}
+    values, _ = B.measure((FIX / "kb_regs_sm90a.sass").read_text(), (FIX / "kb_regs_sm90a.res").read_text(), _ptxas(),
+                          NAMES, "", [], live)
+    assert (values["max_live_registers"], values["max_live_registers_min"]) == (17, 13)
+    expect = {"max_live_registers": Comparison(at_most=17)}
+    assert judge(values, expect)[0] == "supports"
+    # One instruction of the chain kernel made to hold 40 live registers: the expectation refutes.
+    first = next(ln for ln in text.splitlines() if "HGMMA" in ln)
+    mutated = text.replace(first, first.replace("|   8   |", "|  40   |"), 1)
+    assert B.live_registers(mutated)[CHAIN] == 40
+    values, _ = B.measure((FIX / "kb_regs_sm90a.sass").read_text(), (FIX / "kb_regs_sm90a.res").read_text(), _ptxas(),
+                          NAMES, "", [], B.live_registers(mutated))
+    verdict, reason = judge(values, expect)
+    assert verdict == "refutes" and "max_live_registers = 40" in reason
+    with pytest.raises(RuntimeError, match="live ranges lack"):
+        B.measure((FIX / "kb_regs_sm90a.sass").read_text(), (FIX / "kb_regs_sm90a.res").read_text(), _ptxas(), NAMES,
+                  "", [], {CHAIN: 13})
+
+
 def test_missing_ptxas_entry_and_no_match_are_errors() -> None:
     with pytest.raises(RuntimeError, match="ptxas report lacks"):
         _measure(kernel_filter="^kb_wgmma_chain", ptxas={})
@@ -130,7 +153,7 @@ def test_verifier_reads_a_build_folder(tmp_path: Path, monkeypatch: pytest.Monke
     m = {k: v for k, (v, _) in got.measurements.items()}
     assert (m["hgmma"], m["hgmma_accumulate"], m["local_stores"], m["count_HGMMA"], m["spill_stores"]) == (3, 2, 0, 3, 0)
     assert len(list(out.glob("cuobjdump-*.json"))) == 1  # the listing is kept for the next check on this build
-    again = B.build_sass(B.BuildSassParams(revision="fa3-2024-08", kernel_filter="^kb_local_array"), ctx)
-    assert again.measurements["local_stores"][0] == 69
+    again = B.build_sass(B.BuildSassParams(revision="fa3-2024-08", kernel_filter="^kb_local_array", live_ranges=True), ctx)
+    assert again.measurements["local_stores"][0] == 69 and again.measurements["max_live_registers"][0] == 17
     (out / "manifest.json").write_text(json.dumps({"source_sha": "0" * 40, "harness": {}}))
     assert B.build_sass(B.BuildSassParams(revision="fa3-2024-08"), ctx).verdict == "skipped"

@@ -20,7 +20,10 @@ totals over the kernels `kernel_filter` matches:
   Tensor Core work is still running;
 - `accumulator_local_stores` / `_loads`: STL / LDL whose data registers overlap an HGMMA accumulator
   range (conservative: 0 means no accumulator register is ever spilled);
-- `registers` / `registers_min` (cuobjdump -res-usage), `count_<NAME>` for SASS mnemonic prefixes.
+- `registers` / `registers_min` (cuobjdump -res-usage), `count_<NAME>` for SASS mnemonic prefixes;
+- with `live_ranges`: `max_live_registers` / `max_live_registers_min`, the largest number of general
+  registers live at any instruction of a kernel (`nvdisasm --life-range-mode count` on the cubins
+  `cuobjdump -xelf` takes out of the library), the largest and the smallest of those over the kernels.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import hashlib
 import json
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +52,7 @@ class BuildSassParams(Params):
     revision: Literal[tuple(pinned_build.REVISIONS)]  # type: ignore[valid-type]
     kernel_filter: str = ""  # regex over demangled kernel names; every kernel of the build when empty
     counts: list[str] = []  # SASS mnemonic prefixes, counted as `count_<NAME>`
+    live_ranges: bool = False  # also read nvdisasm's live-register counts (max_live_registers)
 
     _counts = field_validator("counts")(lambda v: [_mnemonic(x) for x in v])
 
@@ -142,12 +147,30 @@ def accumulator_spills(body: str) -> tuple[int, int]:
     return stores, loads
 
 
+_LR_FUNC = re.compile(r"^\s*\.text\.(\S+):\s*(?://.*)?$")
+_LR_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+\S.*//\s*\|\s*(\d*)\s*\|")
+
+
+def live_registers(text: str) -> dict[str, int]:
+    """nvdisasm `-lrm count` output: mangled function name -> most general registers live at one instruction."""
+    out: dict[str, int] = {}
+    cur: str | None = None
+    for line in text.splitlines():
+        if m := _LR_FUNC.match(line):
+            cur = m.group(1)
+            out[cur] = 0
+        elif cur is not None and (m := _LR_INSN.search(line)) and m.group(1):
+            out[cur] = max(out[cur], int(m.group(1)))
+    return out
+
+
 def measure(listing: str, res_usage: str, ptxas: dict[str, dict[str, Any]], names: dict[str, str],
-            kernel_filter: str, counts: list[str]) -> tuple[dict[str, Any], list[str]]:
+            kernel_filter: str, counts: list[str], live: dict[str, int] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The measurements over the kernels whose demangled name matches; also the matched mangled names.
 
     `ptxas` is the build manifest's report (mangled name -> registers, spills, stack); a matched kernel
-    it lacks is an error, since spill figures would otherwise read as zero.
+    it lacks is an error, since spill figures would otherwise read as zero. `live` (live_registers'
+    answer), when given, must cover every matched kernel too.
     """
     funcs = split_functions(listing)
     chosen = [f for f in funcs if re.search(kernel_filter, names.get(f, f))]
@@ -175,6 +198,11 @@ def measure(listing: str, res_usage: str, ptxas: dict[str, dict[str, Any]], name
     values["accumulator_local_loads"] = sum(b for _, b in acc)
     for c in counts:
         values[f"count_{c}"] = count_prefix(ms, c)
+    if live is not None:
+        if lacking := [f for f in chosen if f not in live]:
+            raise RuntimeError(f"nvdisasm's live ranges lack {len(lacking)} matched kernel(s), e.g. {lacking[0][:120]}")
+        values["max_live_registers"] = max(live[f] for f in chosen)
+        values["max_live_registers_min"] = min(live[f] for f in chosen)
     return values, chosen
 
 
@@ -224,17 +252,43 @@ def read_library(lib: Path) -> tuple[str, str]:
     return listing.stdout, usage.stdout
 
 
+def read_live_ranges(lib: Path) -> dict[str, int]:
+    """Most live general registers per kernel of a library's cubins, kept beside it by the library's hash."""
+    digest = hashlib.sha256(lib.read_bytes()).hexdigest()[:16]
+    cache = lib.parent / f"live-{digest}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    cuobjdump, nvdisasm = find_tool("cuobjdump") or "cuobjdump", find_tool("nvdisasm") or "nvdisasm"
+    out: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="kb-xelf-") as tmp:
+        res = subprocess.run([cuobjdump, "-xelf", "all", str(lib)], capture_output=True, text=True, timeout=240, cwd=tmp)
+        cubins = sorted(Path(tmp).glob("*.cubin"))
+        if res.returncode != 0 or not cubins:
+            raise RuntimeError(f"cuobjdump -xelf all {lib} gave no cubin: {res.stderr[-600:]}")
+        for cubin in cubins:
+            lr = subprocess.run([nvdisasm, "--life-range-mode", "count", "-c", str(cubin)], capture_output=True,
+                                text=True, timeout=600)
+            if lr.returncode != 0:
+                raise RuntimeError(f"nvdisasm --life-range-mode count {cubin.name} failed: {lr.stderr[-600:]}")
+            out.update(live_registers(lr.stdout))
+    try:
+        atomic_write_text(cache, json.dumps(out))
+    except OSError:
+        pass
+    return out
+
+
 def _demangle(names: list[str]) -> dict[str, str]:
     out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, timeout=120).stdout
     return dict(zip(names, out.splitlines(), strict=False))
 
 
-_STATIC = ("instructions", "local_loads", "local_stores", "mufu_ex2_in_flight", "accumulator_local_stores",
-           "accumulator_local_loads")
+_STATIC = ("max_live_registers", "max_live_registers_min", "instructions", "local_loads", "local_stores",
+           "mufu_ex2_in_flight", "accumulator_local_stores", "accumulator_local_loads")
 
 
 @verifier("code.build-sass", kind="pinned-code", params=BuildSassParams,
-          requires=Requirements(tools=("cuobjdump",)), timeout_s=300)
+          requires=Requirements(tools=("cuobjdump", "nvdisasm")), timeout_s=600)
 def build_sass(p: BuildSassParams, ctx: Context) -> Outcome:
     """Static SASS counts, HGMMA operand forms and ptxas spills of kb's build of a pin (cuobjdump + manifest)."""
     try:
@@ -244,7 +298,8 @@ def build_sass(p: BuildSassParams, ctx: Context) -> Outcome:
     listing, usage = read_library(path / "libkb.so")
     funcs = list(split_functions(listing))
     names = _demangle(funcs)
-    values, chosen = measure(listing, usage, manifest.get("ptxas", {}), names, p.kernel_filter, p.counts)
+    live = read_live_ranges(path / "libkb.so") if p.live_ranges else None
+    values, chosen = measure(listing, usage, manifest.get("ptxas", {}), names, p.kernel_filter, p.counts, live)
     meas = {k: (v, "static count" if k in _STATIC or k.startswith(("count_", "hgmma")) else "") for k, v in values.items()}
     per = registers(usage)
     log = (f"{p.revision} build {manifest.get('key')} ({manifest['source_sha'][:12]}, {manifest.get('gencode')}, "
