@@ -39,7 +39,8 @@ def test_control_words_decoded() -> None:
 def test_fixture_supports_and_a_cleared_wait_refutes() -> None:
     text = FIX.read_text()
     m = _measure(text)
-    assert m == {"kernels": 1, "ldg_sts_pairs": 1, "ldg_sts_waited": 1, "ldg_sts_unwaited": 0, "ldg_sts_independent": 1}
+    assert m == {"kernels": 1, "ldg_sts_pairs": 1, "ldg_sts_waited": 1, "ldg_sts_unwaited": 0, "ldg_sts_independent": 1,
+                 "hmma": 0, "hmma_scoreboarded": 0}
     assert judge(m, EXPECT)[0] == "supports"
     # The STS's control word with its wait mask cleared (bits 116..121): the store no longer waits for the load.
     word = "0x004fe8000000cc00"
@@ -57,3 +58,15 @@ def test_store_of_other_registers_is_no_pair() -> None:
 def test_not_a_listing_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="no kernel matches"):
         D.measure(FIX.read_text(), {}, "^flash")
+
+
+def test_mma_scoreboard_read_from_the_control_word() -> None:
+    # The fixture's FFMA (fixed latency, no scoreboard) renamed HMMA.16816.F32, then given write scoreboard 3.
+    text = FIX.read_text().replace("FFMA R0, R0, R0, 1 ;", "HMMA.16816.F32 R0, R0, R0, 1 ;", 1)
+    m = _measure(text)
+    assert (m["hmma"], m["hmma_scoreboarded"]) == (1, 0)
+    word = "0x000fc80000000000"  # the FFMA's control word: write barrier 7 (none)
+    assert word in text
+    set3 = f"0x{(int(word, 16) & ~(7 << 46)) | (3 << 46):016x}"
+    verdict, reason = judge(_measure(text.replace(word, set3, 1)), {"hmma_scoreboarded": Comparison(equals=0)})
+    assert verdict == "refutes" and "hmma_scoreboarded = 1" in reason

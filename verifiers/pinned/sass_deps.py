@@ -14,7 +14,10 @@ or call ends the search), is its dependent store. Measurements over the matched 
 - `ldg_sts_waited`: pairs where the STS, or an instruction between the two, waits on the LDG's scoreboard
   (the store cannot issue before the load's registers arrive); `ldg_sts_unwaited`: the others;
 - `ldg_sts_independent`: pairs with at least one instruction issued between the LDG and that wait (work
-  that does not depend on the load goes ahead while it is outstanding).
+  that does not depend on the load goes ahead while it is outstanding);
+- `hmma` / `hmma_scoreboarded`: warp MMA instructions, and those that set a write scoreboard (a later
+  reader of their accumulator would wait on it; without one, ptxas orders dependent instructions by the
+  stall counts of the control words: a fixed-latency result).
 """
 
 from __future__ import annotations
@@ -97,20 +100,23 @@ def measure(listing: str, names: dict[str, str], kernel_filter: str) -> tuple[di
     if not chosen:
         raise RuntimeError(f"no kernel matches {kernel_filter!r} among {len(funcs)}")
     total = {"kernels": len(chosen), "ldg_sts_pairs": 0, "ldg_sts_waited": 0, "ldg_sts_unwaited": 0,
-             "ldg_sts_independent": 0}
+             "ldg_sts_independent": 0, "hmma": 0, "hmma_scoreboarded": 0}
     for f in chosen:
         insns = instructions(funcs[f])
         if not insns and funcs[f].strip():
             raise RuntimeError(f"no instruction with a control word read in {f[:100]}: not a cuobjdump -sass listing")
         for k, v in ldg_sts(insns).items():
             total[k] += v
+        mmas = [i for i in insns if i.op == "HMMA" or i.op.startswith("HMMA.")]
+        total["hmma"] += len(mmas)
+        total["hmma_scoreboarded"] += sum(i.write_barrier != 7 for i in mmas)
     return total, chosen
 
 
 @verifier("toolchain.sass-deps", kind="pinned-code", params=SassParams,
           requires=Requirements(tools=("nvcc", "cuobjdump"), git_source=True), timeout_s=3600)
 def sass_deps(p: SassParams, ctx: Context) -> Outcome:
-    """Compile a pinned unit (toolchain.sass's cache); how its shared stores wait on the global loads they store."""
+    """Compile a pinned unit (toolchain.sass's cache); shared stores waiting on their global loads; MMA scoreboards."""
     rev = build.revision(p.revision)
     a, clone = _anchor(p, ctx)
     if a["sha"] != rev.sha:
