@@ -315,8 +315,8 @@ def image_select(p: ImageParams, ctx: Context) -> Outcome:
             line = (res.stdout.strip().splitlines() or ["(no output)"])[-1]
             log.append(f"{name} ({', '.join(codes)}): {line}")
             m = re.fullmatch(r"arch (\d+)", line)
-            meas[f"arch_ran_{name.replace('-', '_')}"] = (int(m.group(1)) if m else None,
-                                                          "__CUDA_ARCH__ of the image that ran (None: no launch)")
+            if m:  # no launch, no arch: the launch error below says why (a measurement is never null)
+                meas[f"arch_ran_{name.replace('-', '_')}"] = (int(m.group(1)), "__CUDA_ARCH__ of the image that ran")
             meas[f"launch_error_{name.replace('-', '_')}"] = (line.split()[1] if line.startswith("error") else "none",
                                                               "the runtime's error name")
     return Outcome(measurements=meas, log="\n".join(log), environment={})

@@ -211,6 +211,9 @@ def _gpu_run(p: TeachingParams, ctx: Context, packages: tuple[str, ...]) -> Outc
     a, tree = _tree(p, ctx)
     child = Path(__file__).with_name("teaching_child.py")
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb-teach-{os.getpid()}"
+    # The child's home and working folder: the sandbox makes it where bubblewrap runs, but without bubblewrap
+    # (the H200 host) it must exist before the child starts there.
+    work.mkdir(parents=True, exist_ok=True)
     sites = pythonpath_sites(packages)
     cmd, _ = sandbox.command([sys.executable, "-I", "-c", BOOT, str(child), *sites], work=work,
                              readable=[child.parent, tree, *map(Path, sites)], devices=True)
