@@ -92,6 +92,19 @@ def test_a_figure_reported_for_other_hardware_is_not_reproduced(project: Path) -
     assert _status(project, "test.scope.here")["cause"] == "band-below"  # the same shortfall, no other hardware named
 
 
+def test_a_within_tolerance_figure_is_a_band_with_a_direction(project: Path) -> None:
+    # "within ±10% of 0.75" is the band [0.675, 0.825]: 0.656 lies below it; reported for an H100, not reproduced.
+    write_claims(project, "approx", [
+        _arith("test.approx.h100", 0.656, {"approx": 0.75, "rel": 0.1}, scope={"reported_on": "H100"}),
+        _arith("test.approx.above", 0.9, {"approx": 0.75, "rel": 0.1}),
+        _arith("test.approx.inside", 0.7, {"approx": 0.75, "rel": 0.1})])
+    kb_subprocess(project, "verify")
+    assert _status(project, "test.approx.h100")["cause"] == "not-reproduced"
+    above = _status(project, "test.approx.above")
+    assert (above["status"], above["cause"]) == ("refuted", "band-above") and "0.825" in above["cause_why"], above
+    assert _status(project, "test.approx.inside")["status"] != "refuted"  # (the statement's 620-640 binds nothing here)
+
+
 def test_validate_requires_a_cause_and_refuses_to_publish_an_extraction(project: Path, run_kb) -> None:
     write_claims(project, "causes", [
         _arith("test.cause.none", 5, {"equals": 4}),

@@ -122,6 +122,11 @@ def _band(run: Any) -> tuple[str, str] | None:
         between, lo, hi = rule.get("between"), rule.get("at_least"), rule.get("at_most")
         if between:
             lo, hi = between
+        elif rule.get("approx") is not None:  # "within ±X of": a band around the stated figure
+            x = float(rule["approx"])
+            tol = float(rule.get("abs") or 0.0) + abs(x) * float(rule.get("rel") or 0.0)
+            if tol > 0:
+                lo, hi = x - tol, x + tol
         if hi is not None and value > hi:
             return "band-above", f"{name} = {value:g} lies above the stated {_range(lo, hi)}"
         if lo is not None and value < lo:

@@ -225,7 +225,12 @@ def _peterr0_triton(version: str):
         """PeTeRr0: src/faN/triton/impl.py faN_triton (forward, CUDA only), default tiles from faN/spec.py."""
         if device != "cuda" or backward or tile:
             raise ValueError("the Triton path runs forward on a CUDA device with the spec's tiles")
-        impl = _load(f"src/{version}/triton/impl.py", f"kb_{version}_triton_impl", extra_path="src")
+        # impl.py imports its kernels relatively (`from .kernels_fwd import ...`): import it as the package
+        # module it is, with src/ on the path, as the repository's own op.py does.
+        src = str(TREE / "src")
+        if src not in sys.path:
+            sys.path.insert(0, src)
+        impl = importlib.import_module(f"{version}.triton.impl")
         spec = _load(f"src/{version}/spec.py", f"kb_{version}_spec", extra_path="src")
         b, h, n, d = q.shape
         qb, kb, vb = (x.reshape(b * h, n, d).to(torch.float16).to(device) for x in (q, k, v))
