@@ -202,3 +202,14 @@ def test_errata_lists_every_finding_by_section_with_its_correction_and_links(pro
     md = run_kb("errata").stdout
     assert f"## {anchor['path']}" in md and "**True instead** (`test.errata.fixed`, verified)" in md
     assert "pinned arithmetic gives five" in md
+
+
+def test_a_recorded_judgement_outranks_the_band_rule(project: Path) -> None:
+    # A count expected `at_least: 1` that measures 0 is what the note says failing, not a figure short of a band.
+    judged = _arith("test.judged.count", 0, {"at_least": 1},
+                    cause={"kind": "note", "why": "The note says the instruction is there; the count is 0 (a test finding)."})
+    write_claims(project, "judged", [judged, _arith("test.unjudged.count", 0, {"at_least": 1})])
+    kb_subprocess(project, "verify")
+    got = _status(project, "test.judged.count")
+    assert (got["status"], got["cause"], got["cause_by"]) == ("refuted", "note", "judgement"), got
+    assert _status(project, "test.unjudged.count")["cause"] == "band-below"

@@ -15,9 +15,9 @@ A refutation is a claim about someone's work, so it carries its cause:
 - `extraction`: the claim misstates its source (a defect of the KB, never published).
 
 Rules decide where the data allows: a tie by exact rational re-evaluation of the stated rule at the
-disagreeing input; a band's direction from the measured value against the band; not-reproduced from
-the claim's `scope.reported_on` against the hardware that ran it. Otherwise the claim's recorded
-judgement (`cause: {kind, why}`) decides; without one the cause is `unjudged`, which `kb validate`
+disagreeing input; not-reproduced from the claim's `scope.reported_on` against the hardware that ran
+it. Then the claim's recorded judgement (`cause: {kind, why}`) decides; then a band's direction from
+the measured value against the band; without either the cause is `unjudged`, which `kb validate`
 reports for every refuted claim.
 """
 
@@ -168,13 +168,16 @@ def derive(claim: Any, status: str, deciding: list[Any], hardware_class: str) ->
         if (why := _tie(claim, run)) is not None:
             return "tie", why, "rule"
     reported_on = getattr(claim.scope, "reported_on", None)
-    for run in deciding:
-        band = _band(run)
-        if band is None:
-            continue
-        kind, why = band
+    bands = [b for b in (_band(run) for run in deciding) if b is not None]
+    for kind, why in bands:
         if reported_on and reported_on.lower() not in hardware_class.lower() and kind == "band-below":
             return "not-reproduced", f"{why}; the source reports the figure for {reported_on}, this ran on {hardware_class}", "rule"
+    # A recorded judgement outranks the band rule: a count's `at_least: 1` missed is a finding about what the
+    # source says (note, deck, source), not a measured figure falling short of a stated band.
+    judged = getattr(claim, "cause", None)
+    if status == "refuted" and judged is not None:
+        return judged.kind, judged.why, "judgement"
+    for kind, why in bands:
         if status == "refuted":
             return kind, why, "rule"
     if status == "inconclusive":
