@@ -14,7 +14,8 @@ def test_claims_json_shape_and_filters(run_kb) -> None:
     rows = json.loads(run_kb("claims", "--json").output)
     assert {r["id"] for r in rows} == {"test.arith.four", "test.arith.wrong", "test.review.only"}
     assert set(rows[0]) == {"id", "statement", "generation", "phase", "label", "topics", "status",
-                            "status_reason", "strength", "rests_on", "rests_via", "file", "line", "cause", "cause_why", "cause_by"}
+                            "status_reason", "strength", "rests_on", "rests_via", "file", "line", "cause", "cause_why", "cause_by",
+                            "grade_note", "grade_note_why"}
     only = json.loads(run_kb("claims", "--status", "review-only", "--json").output)
     assert [r["id"] for r in only] == ["test.review.only"]
     assert json.loads(run_kb("claims", "--generation", "FA3", "--json").output) == []

@@ -665,11 +665,18 @@ def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
     if not cached:
         out.mkdir(parents=True, exist_ok=True)
         tag = f"{os.getpid()}-{os.urandom(4).hex()}"  # pids repeat across sandboxed workers
-        res = sandbox.run([nvcc, *flags, *incs, "-cubin", "-o", str(out / f"unit.{tag}.cubin"), str(tree / a["path"])],
-                          work=out, readable=[root], timeout=1700, limits=sandbox.Limits(cpu_s=1800))
-        if res.returncode != 0:
-            raise RuntimeError(f"nvcc failed: {res.stderr[-1500:]}")
-        os.replace(out / f"unit.{tag}.cubin", out / "unit.cubin")
+        # nvcc names its temporaries tmpxft_<pid>_...: every sandboxed worker is pid 2, so two workers compiling
+        # the same unit must not share a working folder.
+        work = out / f".work-{tag}"
+        work.mkdir()
+        try:
+            res = sandbox.run([nvcc, *flags, *incs, "-cubin", "-o", str(work / "unit.cubin"), str(tree / a["path"])],
+                              work=work, readable=[root], timeout=1700, limits=sandbox.Limits(cpu_s=1800))
+            if res.returncode != 0:
+                raise RuntimeError(f"nvcc failed: {res.stderr[-1500:]}")
+            os.replace(work / "unit.cubin", out / "unit.cubin")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         (out / f"ptxas.{tag}.log").write_text(res.stderr)
         os.replace(out / f"ptxas.{tag}.log", log_file)
     seconds = time.perf_counter() - start
