@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,10 +116,20 @@ def compile_unit(rev: build.Revision, unit: str, arch: str, clone: str, cut_clon
     return out / "unit.cubin", {**manifest, "cached": False}
 
 
-@verifier("toolchain.sass", kind="pinned-code", params=SassParams,
-          requires=Requirements(tools=("nvcc", "cuobjdump"), git_source=True), timeout_s=3600)
-def pinned_sass(p: SassParams, ctx: Context) -> Outcome:
-    """Compile a pinned unit for one architecture; static SASS mnemonic counts and registers per matched kernel."""
+@dataclass(frozen=True)
+class UnitSass:
+    """A pinned unit compiled for one architecture (toolchain.sass's cache) and its SASS, function by function."""
+
+    rev: Any
+    cubin: Path
+    manifest: dict[str, Any]
+    listing: str
+    funcs: dict[str, str]  # mangled name -> its SASS listing
+    names: dict[str, str]  # mangled -> demangled
+
+
+def unit_sass(p: SassParams, ctx: Context) -> UnitSass | Outcome:
+    """Compile (or reuse) the check's pinned unit and list its SASS; a skipped Outcome without a cutlass clone."""
     rev = build.revision(p.revision)
     a, clone = _anchor(p, ctx)
     if a["sha"] != rev.sha:
@@ -129,10 +140,22 @@ def pinned_sass(p: SassParams, ctx: Context) -> Outcome:
     cubin, manifest = compile_unit(rev, p.unit, p.arch, clone, cut_clone, _cache_root(ctx))
     tool = find_tool("cuobjdump") or "cuobjdump"
     listing = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=600).stdout
-    usage = registers(subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, timeout=600).stdout)
     funcs = split_functions(listing)
     names = dict(zip(funcs, subprocess.run(["c++filt"], input="\n".join(funcs), capture_output=True, text=True,
                                            timeout=60).stdout.splitlines(), strict=False))
+    return UnitSass(rev, cubin, manifest, listing, funcs, names)
+
+
+@verifier("toolchain.sass", kind="pinned-code", params=SassParams,
+          requires=Requirements(tools=("nvcc", "cuobjdump"), git_source=True), timeout_s=3600)
+def pinned_sass(p: SassParams, ctx: Context) -> Outcome:
+    """Compile a pinned unit for one architecture; static SASS mnemonic counts and registers per matched kernel."""
+    u = unit_sass(p, ctx)
+    if isinstance(u, Outcome):
+        return u
+    rev, manifest, funcs, names = u.rev, u.manifest, u.funcs, u.names
+    tool = find_tool("cuobjdump") or "cuobjdump"
+    usage = registers(subprocess.run([tool, "-res-usage", str(u.cubin)], capture_output=True, text=True, timeout=600).stdout)
     chosen = [f for f in funcs if re.search(p.kernel_filter, names.get(f, f))]
     if not chosen:
         raise RuntimeError(f"no kernel matches {p.kernel_filter!r} among {len(funcs)} in {manifest['unit']}")

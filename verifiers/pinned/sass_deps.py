@@ -23,15 +23,11 @@ or call ends the search), is its dependent store. Measurements over the matched 
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 from kb.registry import Context, Outcome, Requirements, verifier
-from kb.verify.hw import find_tool
-from verifiers.pinned import build
-from verifiers.pinned.compiled import _anchor, _cache_root
-from verifiers.pinned.sass import SassParams, compile_unit, split_functions
+from verifiers.pinned.sass import SassParams, split_functions, unit_sass
 from verifiers.trust import executable_pins  # noqa: F401 - read by kb's validation: what these verifiers may execute
 
 _LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:(@!?U?P[T0-9])\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)([^;]*);"
@@ -117,19 +113,10 @@ def measure(listing: str, names: dict[str, str], kernel_filter: str) -> tuple[di
           requires=Requirements(tools=("nvcc", "cuobjdump"), git_source=True), timeout_s=3600)
 def sass_deps(p: SassParams, ctx: Context) -> Outcome:
     """Compile a pinned unit (toolchain.sass's cache); shared stores waiting on their global loads; MMA scoreboards."""
-    rev = build.revision(p.revision)
-    a, clone = _anchor(p, ctx)
-    if a["sha"] != rev.sha:
-        raise ValueError(f"anchor {p.anchor} is at {a['sha'][:12]}, not the {rev.name} revision {rev.sha[:12]}")
-    cut_clone = ctx.clones.get("cutlass")
-    if not cut_clone:
-        return Outcome(verdict="skipped", reason="needs a local clone of cutlass (the pin's submodule)")
-    cubin, manifest = compile_unit(rev, p.unit, p.arch, clone, cut_clone, _cache_root(ctx))
-    tool = find_tool("cuobjdump") or "cuobjdump"
-    listing = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=600).stdout
-    funcs = list(split_functions(listing))
-    names = dict(zip(funcs, subprocess.run(["c++filt"], input="\n".join(funcs), capture_output=True, text=True,
-                                           timeout=60).stdout.splitlines(), strict=False))
+    u = unit_sass(p, ctx)
+    if isinstance(u, Outcome):
+        return u
+    rev, manifest, listing, funcs, names = u.rev, u.manifest, u.listing, list(u.funcs), u.names
     values, chosen = measure(listing, names, p.kernel_filter)
     meas: dict[str, tuple[Any, str]] = {k: (v, "static count") for k, v in values.items()}
     log = (f"{rev.name} {manifest['unit']} @ {rev.sha} for {p.arch}; {manifest['compiler']}; "
