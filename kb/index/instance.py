@@ -31,9 +31,6 @@ from typing import Any
 _TRAITS = re.compile(r"\b(\w+_kernel_traits)\s*<")
 _INT = re.compile(r"(0[xX][0-9a-fA-F]+|\d+)[uUlL]*")
 
-# Instance notes, strongest first.
-NOTES: tuple[str, ...] = ("dispatch-seen", "kb-instance")
-
 
 @dataclass(frozen=True)
 class Instance:
