@@ -30,16 +30,18 @@ def make_inputs(p: AttnShape, requires_grad: bool = True) -> dict[str, Any]:
     torch = _torch()
     g = torch.Generator(device="cuda").manual_seed(p.seed)
     dt = getattr(torch, p.dtype)
+    fp8 = p.dtype == "float8_e4m3fn"
     hk = p.heads_kv or p.heads
     sk = p.seqlen_k or p.seqlen_q
 
     def rnd(*shape: int) -> Any:
-        return torch.randn(*shape, generator=g, device="cuda", dtype=dt)
+        # FP8: standard normal drawn in fp16 and rounded to e4m3 (randn has no float8 kernel).
+        return torch.randn(*shape, generator=g, device="cuda", dtype=torch.float16 if fp8 else dt).to(dt)
 
     q, k, v = rnd(p.batch, p.seqlen_q, p.heads, p.head_dim), rnd(p.batch, sk, hk, p.head_dim), rnd(p.batch, sk, hk, p.head_dim)
     do = rnd(p.batch, p.seqlen_q, p.heads, p.head_dim)
     for t in (q, k, v):
-        t.requires_grad_(requires_grad)
+        t.requires_grad_(requires_grad and not fp8)  # the FP8 path is forward only
     return {"q": q, "k": k, "v": v, "do": do}
 
 

@@ -24,7 +24,8 @@ class AttnParams(Params):
     seqlen_q: int = 1024
     seqlen_k: int | None = None
     head_dim: int = 128
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    # float8_e4m3fn: the FA3 pin's FP8 forward only (e4m3 q, k, v; fp16 output; no scaling factors at that revision).
+    dtype: Literal["bfloat16", "float16", "float8_e4m3fn"] = "bfloat16"
     causal: bool = False
     deterministic: bool = False
     dropout_p: float = 0.0
@@ -33,6 +34,12 @@ class AttnParams(Params):
     num_splits: int = 0  # fa1-v1.0.9: 0 = the pinned heuristic, > 0 forces the backward's split count
     min_cc: int | None = None
     max_cc: int | None = None
+
+    @model_validator(mode="after")
+    def _fp8_only_where_built(self) -> AttnParams:
+        if self.dtype == "float8_e4m3fn" and self.impl != "fa3-2024-08":
+            raise ValueError(f"dtype float8_e4m3fn runs only on impl fa3-2024-08 (its FP8 forward), not {self.impl}")
+        return self
 
     @model_validator(mode="after")
     def _pinned_builds_are_sm90(self) -> AttnParams:

@@ -32,6 +32,7 @@ def _args(p: Any, x: dict[str, Any], phase: int) -> tuple[Any, pinned_build.KbAt
     a.batch, a.seqlen_q, a.heads, a.head_dim = q.shape
     a.seqlen_k, a.heads_k = x["k"].shape[1], x["k"].shape[2]
     a.is_bf16 = int(q.dtype == torch.bfloat16)
+    a.is_e4m3 = int(q.dtype == torch.float8_e4m3fn)
     a.is_causal = int(p.causal)
     a.p_dropout = float(p.dropout_p)
     a.softmax_scale = float(p.head_dim ** -0.5)
@@ -66,7 +67,8 @@ def _fwd(p: Any, q: Any, k: Any, v: Any) -> tuple[Any, Any, list[Any]]:
     import torch
 
     lib, a = _args(p, {"q": q, "k": k}, 0)
-    o = torch.empty_like(q)
+    # mha_fwd allocates the output like q, in fp16 for e4m3 input.
+    o = torch.empty_like(q, dtype=torch.float16 if a.is_e4m3 else q.dtype)
     # (b, h, seqlen_q) for every pin: v1.0.9 pads its LSE rows to 16, so its harness takes only seqlen_q % 16 == 0.
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     a.q, a.k, a.v, a.o, a.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()

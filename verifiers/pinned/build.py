@@ -97,8 +97,11 @@ REVISIONS: dict[str, Revision] = {
         src_dir="hopper", cutlass_path="csrc/cutlass", cutlass_dirs=("include", "tools/util/include"),
         tree_dirs=("hopper",),
         units={**{f"fwd:{dt}:{d}": f"flash_fwd_hdim{d}_{dt}_sm90.cu" for dt in ("bf16", "fp16") for d in (64, 128)},
-               **{f"bwd:{dt}:128": f"flash_bwd_hdim128_{dt}_sm90.cu" for dt in ("bf16", "fp16")}},
-        default_units=("fwd:bf16:128", "fwd:fp16:128", "bwd:bf16:128", "bwd:fp16:128", "fwd:bf16:64", "fwd:fp16:64"),
+               **{f"bwd:{dt}:128": f"flash_bwd_hdim128_{dt}_sm90.cu" for dt in ("bf16", "fp16")},
+               # The pin's FP8 forward (e4m3 in, fp16 out, no scaling factors at this revision).
+               **{f"fwd:e4m3:{d}": f"flash_fwd_hdim{d}_e4m3_sm90.cu" for d in (128, 256)}},
+        default_units=("fwd:bf16:128", "fwd:fp16:128", "bwd:bf16:128", "bwd:fp16:128", "fwd:bf16:64", "fwd:fp16:64",
+                       "fwd:e4m3:128", "fwd:e4m3:256"),
         gencode="arch=compute_90a,code=sm_90a",
         flags=("-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
                "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
@@ -324,7 +327,7 @@ class KbAttnArgs(ctypes.Structure):
                                        "is_bf16", "is_causal")],
         ("p_dropout", ctypes.c_float), ("softmax_scale", ctypes.c_float),
         ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
-        ("num_splits", ctypes.c_int), ("deterministic", ctypes.c_int)]
+        ("num_splits", ctypes.c_int), ("deterministic", ctypes.c_int), ("is_e4m3", ctypes.c_int)]
 
 
 @dataclass

@@ -128,6 +128,7 @@ int64_t meta_bytes(int b) { return 16 + 8 * int64_t(b + 1); }
 // what this build contains).
 int check_shape(const KbAttnArgs* a) {
   if (!a) return fail("null args");
+  if (a->is_e4m3) return fail("v1.0.9 has no FP8 (e4m3) path");
   if (a->batch <= 0 || a->heads <= 0 || a->seqlen_q <= 0 || a->seqlen_k <= 0)
     return fail("batch, heads, seqlen_q, seqlen_k must be > 0");
   if (a->heads_k != a->heads) return fail("v1.0.9 has no MQA/GQA: heads_k must equal heads");

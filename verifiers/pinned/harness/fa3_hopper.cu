@@ -5,7 +5,10 @@
 // Flash_bwd_params (hopper/flash.h) the way the pinned hopper/flash_api.cpp does for the dense
 // (batch, seqlen, heads, head_dim) case (mha_fwd -> set_params_fprop; mha_bwd -> set_params_dgrad),
 // and calls the pinned run_mha_fwd_<T, D> / run_mha_bwd_<T, D> specialisations, which are defined
-// in the pinned units flash_{fwd,bwd}_hdim*_{bf16,fp16}_sm90.cu linked into the same library.
+// in the pinned units flash_{fwd,bwd}_hdim*_{bf16,fp16}_sm90.cu linked into the same library,
+// and the FP8 forward of flash_fwd_hdim{128,256}_e4m3_sm90.cu where the build has those units
+// (is_e4m3: q, k, v float8_e4m3, o fp16, as mha_fwd allocates it for e4m3 input; this revision
+// takes no scaling factors, so the inputs are used as they are).
 // No PyTorch: tensors arrive as raw pointers, scratch buffers as caller-allocated ws[i].
 //
 // Workspace (kb_workspace), all caller-allocated uninitialised (torch.empty):
@@ -55,6 +58,12 @@ template <> void run_mha_bwd_<cutlass::half_t, 128>(Flash_bwd_params &params, cu
 #ifndef KB_FA3_NO_FWD_HDIM64
 template <> void run_mha_fwd_<cutlass::bfloat16_t, 64>(Flash_fwd_params &params, cudaStream_t stream);
 template <> void run_mha_fwd_<cutlass::half_t, 64>(Flash_fwd_params &params, cudaStream_t stream);
+#endif
+#ifdef KB_UNIT_fwd_e4m3_128
+template <> void run_mha_fwd_<cutlass::float_e4m3_t, 128>(Flash_fwd_params &params, cudaStream_t stream);
+#endif
+#ifdef KB_UNIT_fwd_e4m3_256
+template <> void run_mha_fwd_<cutlass::float_e4m3_t, 256>(Flash_fwd_params &params, cudaStream_t stream);
 #endif
 
 namespace {
@@ -147,8 +156,9 @@ void fill_fprop(Flash_fwd_params &p, const KbAttnArgs &a, int seqlen_q_rounded, 
                 float p_dropout, int window_size_left, int window_size_right) {
   p = {};
 
-  p.is_bf16 = a.is_bf16 != 0;
-  p.is_e4m3 = false;
+  // mha_fwd: is_bf16 = (q.dtype == bf16), is_e4m3 = (q.dtype == float8_e4m3fn).
+  p.is_e4m3 = a.is_e4m3 != 0;
+  p.is_bf16 = !p.is_e4m3 && a.is_bf16 != 0;
 
   const Strides4 sq = bshd(a.seqlen_q, a.heads, head_size);
   const Strides4 sk = bshd(a.seqlen_k, a.heads_k, head_size);
@@ -237,7 +247,17 @@ void ws_bwd(const KbAttnArgs &a, int64_t *b) {
   b[3] = (int64_t)s.num_m_blocks * bh * (int64_t)sizeof(int32_t);                // dq_semaphore
 }
 
-bool fwd_unit_built(int d) {
+bool fwd_unit_built(const KbAttnArgs &a) {
+  const int d = a.head_dim;
+  if (a.is_e4m3) {
+#ifdef KB_UNIT_fwd_e4m3_128
+    if (d == 128) return true;
+#endif
+#ifdef KB_UNIT_fwd_e4m3_256
+    if (d == 256) return true;
+#endif
+    return false;
+  }
 #ifndef KB_FA3_NO_FWD_HDIM64
   if (d == 64) return true;
 #endif
@@ -263,10 +283,11 @@ int kb_workspace(KbAttnArgs *a, int phase) {
   if (!a) return fail("null args");
   if (phase == 0) {
     ws_fwd(*a, a->ws_bytes);
-    return fwd_unit_built(a->head_dim) ? 0 : fail("no forward unit for this head_dim in this build");
+    return fwd_unit_built(*a) ? 0 : fail("no forward unit for this head_dim and dtype in this build");
   }
   if (phase == 1) {
     ws_bwd(*a, a->ws_bytes);
+    if (a->is_e4m3) return fail("this revision has no FP8 backward");
     return a->head_dim == 128 ? 0 : fail("no backward unit for this head_dim in this build");
   }
   return fail("phase must be 0 or 1");
@@ -283,7 +304,7 @@ int kb_fwd(KbAttnArgs *a, cudaStream_t stream) {
 
   if (!(a->head_dim == 64 || a->head_dim == 128 || a->head_dim == 256))
     return fail("Only support head size 64, 128, and 256 for now");
-  if (!fwd_unit_built(a->head_dim)) return fail("no forward unit for this head_dim in this build");
+  if (!fwd_unit_built(*a)) return fail("no forward unit for this head_dim and dtype in this build");
 
   const FwdShape s = fwd_shape(*a);
 
@@ -311,8 +332,15 @@ int kb_fwd(KbAttnArgs *a, cudaStream_t stream) {
   cudaGetLastError();
 
   if (a->seqlen_k > 0) {
-    // run_mha_fwd's dispatch for the non-e4m3 types, restricted to the units linked here.
-    if (a->is_bf16) {
+    // run_mha_fwd's dispatch, restricted to the units linked here.
+    if (a->is_e4m3) {
+#ifdef KB_UNIT_fwd_e4m3_128
+      if (s.head_size == 128) run_mha_fwd_<cutlass::float_e4m3_t, 128>(params, stream);
+#endif
+#ifdef KB_UNIT_fwd_e4m3_256
+      if (s.head_size == 256) run_mha_fwd_<cutlass::float_e4m3_t, 256>(params, stream);
+#endif
+    } else if (a->is_bf16) {
       if (s.head_size == 128) run_mha_fwd_<cutlass::bfloat16_t, 128>(params, stream);
 #ifndef KB_FA3_NO_FWD_HDIM64
       else if (s.head_size == 64) run_mha_fwd_<cutlass::bfloat16_t, 64>(params, stream);
@@ -324,7 +352,7 @@ int kb_fwd(KbAttnArgs *a, cudaStream_t stream) {
 #endif
     }
   } else {
-    // seqlen_k == 0: out.zero_(); softmax_lse.fill_(+inf).
+    // seqlen_k == 0: out.zero_(); softmax_lse.fill_(+inf). (o is 2 bytes per element: fp16 for e4m3 input.)
     const int64_t n_out = (int64_t)a->batch * a->seqlen_q * a->heads * a->head_dim;
     const int64_t n_lse = (int64_t)a->batch * a->heads * a->seqlen_q;
     if (n_out > 0 && cudaMemsetAsync(a->o, 0, n_out * 2, stream) != cudaSuccess)
@@ -344,6 +372,7 @@ int kb_fwd(KbAttnArgs *a, cudaStream_t stream) {
 int kb_bwd(KbAttnArgs *a, cudaStream_t stream) {
   g_err.clear();
   if (int e = validate_common(a)) return e;
+  if (a->is_e4m3) return fail("this revision has no FP8 backward");
 
   // mha_bwd: architecture check on the current device's properties.
   const cudaDeviceProp *dprops = kb_current_device_properties();
@@ -431,11 +460,18 @@ int kb_bwd(KbAttnArgs *a, cudaStream_t stream) {
 }
 
 const char *kb_units() {
+  static const std::string units = std::string("fwd:bf16:128;fwd:fp16:128;bwd:bf16:128;bwd:fp16:128")
 #ifndef KB_FA3_NO_FWD_HDIM64
-  return "fwd:bf16:128;fwd:fp16:128;fwd:bf16:64;fwd:fp16:64;bwd:bf16:128;bwd:fp16:128";
-#else
-  return "fwd:bf16:128;fwd:fp16:128;bwd:bf16:128;bwd:fp16:128";
+      + ";fwd:bf16:64;fwd:fp16:64"
 #endif
+#ifdef KB_UNIT_fwd_e4m3_128
+      + ";fwd:e4m3:128"
+#endif
+#ifdef KB_UNIT_fwd_e4m3_256
+      + ";fwd:e4m3:256"
+#endif
+      ;
+  return units.c_str();
 }
 
 const char *kb_last_error() { return g_err.c_str(); }

@@ -23,6 +23,7 @@ struct KbAttnArgs {
   uint64_t seed, offset;  // Philox state as the pinned API would take it from the generator
   int num_splits;         // FA1: 0 = the pinned heuristic; >0 forces; ignored elsewhere
   int deterministic;      // revisions with a deterministic backward; ignored elsewhere
+  int is_e4m3;            // FA3 forward: q, k, v are float8_e4m3 and o is fp16 (hopper/ mha_fwd); must be 0 elsewhere
 };
 
 // Fill a->ws_bytes for phase 0 (forward) or 1 (backward); returns 0, or nonzero if unsupported.
