@@ -141,6 +141,41 @@ def tmem_allocations(ptx: str) -> list[tuple[int, int]]:
     return out
 
 
+_UTC = re.compile(r"\b(UTCHMMA(?:\.[A-Z0-9_]+)*)\s+(tmem|gdesc)\[[^\]]*\],\s*(tmem|gdesc)\[|\bUTCBAR\b")
+_REQNTID = re.compile(r"^\s*\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", re.M)
+
+
+def mma_groups(sass: str) -> list[tuple[str, ...]]:
+    """The tcgen05 MMA groups in listing order: each group's A-operand sources (tmem or gdesc), one per MMA.
+
+    A group is a run of UTCHMMA instructions that no UTCBAR (tcgen05.commit) interrupts: the MMAs of one GEMM
+    over its K extent, whose completion one commit signals. A group whose A sources differ is kept whole.
+    """
+    groups: list[tuple[str, ...]] = []
+    run: list[str] = []
+    for m in _UTC.finditer(sass):
+        if m.group(1) is None:  # a commit closes the run
+            if run:
+                groups.append(tuple(run))
+            run = []
+        else:
+            run.append(m.group(2))
+    if run:
+        groups.append(tuple(run))
+    return groups
+
+
+def reqntid(ptx: str) -> int | None:
+    """Threads per CTA the kernel requires (its PTX .reqntid, the product of the given dimensions)."""
+    m = _REQNTID.search(ptx)
+    if not m:
+        return None
+    n = 1
+    for g in m.groups():
+        n *= int(g) if g else 1
+    return n
+
+
 def measure(sass: str, ptx: str, counts: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
     """The static facts code.fa4-sm100 reports for one kernel's SASS and PTX."""
     ms = sass_mnemonics(sass)
@@ -149,6 +184,7 @@ def measure(sass: str, ptx: str, counts: list[str] = ()) -> dict[str, Any]:  # t
                                            "MEMBAR", "FENCE.VIEW.ASYNC", "USETMAXREG")}
     regs = [(k, int(v)) for k, v in _SETMAXNREG.findall(ptx)]
     allocs = tmem_allocations(ptx)
+    groups = mma_groups(sass)
     # ex2_emulation_2 rounds a pair of inputs down with one packed FADD2.RM (add.rm.f32x2); the pinned
     # tree uses that rounding nowhere else, so each FADD2.RM stands for two emulated exp2.
     emulated = 2 * c["FADD2.RM"]
@@ -168,6 +204,14 @@ def measure(sass: str, ptx: str, counts: list[str] = ()) -> dict[str, Any]:  # t
         # The A operand is the first: `UTCHMMA tmem[..], gdesc[..], ...` reads A from TMEM, `gdesc[..]` from SMEM.
         "tcgen05_mma_a_tmem": len(re.findall(r"\bUTCHMMA(?:\.[A-Z0-9_]+)*\s+tmem\[", sass)),
         "tcgen05_mma_a_smem": len(re.findall(r"\bUTCHMMA(?:\.[A-Z0-9_]+)*\s+gdesc\[", sass)),
+        # B is the second operand: tcgen05.mma reads it from SMEM (gdesc) always; a tmem B would be news.
+        "tcgen05_mma_b_tmem": len(re.findall(r"\bUTCHMMA(?:\.[A-Z0-9_]+)*\s+(?:tmem|gdesc)\[[^\]]*\],\s*tmem\[", sass)),
+        "tcgen05_gemm_groups": len(groups),
+        "tcgen05_gemm_groups_a_tmem": sum(1 for g in groups if set(g) == {"tmem"}),
+        "tcgen05_gemm_groups_a_mixed": sum(1 for g in groups if len(set(g)) > 1),
+        "tcgen05_gemm_groups_a_tmem_share": round(sum(1 for g in groups if set(g) == {"tmem"}) / len(groups), 4)
+        if groups else 0.0,
+        "ptx_reqntid": reqntid(ptx),
         "tcgen05_commit": c["UTCBAR"],
         "tcgen05_ld": c["LDTM"],
         "tcgen05_st": c["STTM"],
@@ -283,7 +327,8 @@ def fa4_sm100(p: Fa4Params, ctx: Context) -> Outcome:
     values.update(res_usage(cubins[0]) if len(cubins) == 1 else {})
     values["kernels"] = len(cubins)
     meas = {k: (v, "static count" if isinstance(v, int) and k not in ("regs_max", "regs_min", "tmem_alloc_columns",
-                                                                     "cta_group", "registers", "stack_bytes",
+                                                                     "cta_group", "registers", "stack_bytes", "ptx_reqntid",
+                                                                     "tcgen05_gemm_groups_a_tmem_share",
                                                                      "static_smem", "kernels") else "")
             for k, v in values.items()}
     log = (f"{a['source']} flash_attn/cute @ {a['sha']}; variant {p.variant} {manifest['knobs']}; kernel {p.kernel}\n"
