@@ -122,3 +122,26 @@ def test_probe_library_builds_and_exports_its_entry_points(tmp_path: Path, monke
         assert f" T {fn}" in syms
     again = pinned_build.build_probes(log=lambda *_: None)
     assert again == out  # cached by (source, flags, compiler)
+
+
+def test_ctypes_args_match_the_c_abi(tmp_path: Path) -> None:
+    """KbAttnArgs in Python has the C struct's size and field offsets (a drift would hand the kernels garbage)."""
+    import ctypes
+
+    gxx = shutil.which("g++")
+    cuda_inc = Path("/usr/local/cuda/include")
+    if gxx is None or not (cuda_inc / "cuda_runtime_api.h").exists():
+        pytest.skip("needs g++ and the CUDA headers")
+    fields = [name for name, _ in pinned_build.KbAttnArgs._fields_]
+    src = tmp_path / "abi.cpp"
+    src.write_text('#include <cstddef>\n#include <cstdio>\n#include "kb_attn_abi.h"\nint main() {\n'
+                   '  std::printf("size %zu\\n", sizeof(KbAttnArgs));\n'
+                   + "".join(f'  std::printf("{f} %zu\\n", offsetof(KbAttnArgs, {f}));\n' for f in fields) + "}\n")
+    exe = tmp_path / "abi"
+    harness = Path(pinned_build.__file__).parent / "harness"
+    subprocess.run([gxx, "-std=c++17", f"-I{harness}", f"-I{cuda_inc}", str(src), "-o", str(exe)], check=True)
+    got = dict(line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines())
+    assert int(got["size"]) == ctypes.sizeof(pinned_build.KbAttnArgs)
+    for f in fields:
+        assert int(got[f]) == getattr(pinned_build.KbAttnArgs, f).offset, f
+    assert "is_e4m3" in fields  # the FP8 switch of the FA3 harness
