@@ -112,3 +112,31 @@ def test_mma_a_operand_source() -> None:
             "        /*0110*/              @P0   UTCHMMA.2CTA gdesc[UR12], gdesc[UR14], tmem[UR8], tmem[UR10], idesc[UR11], !UPT ;\n")
     m = F.measure(sass, "")
     assert (m["tcgen05_mma"], m["tcgen05_mma_2cta"], m["tcgen05_mma_a_tmem"], m["tcgen05_mma_a_smem"]) == (2, 1, 1, 1)
+
+
+def _listing(*lines: str) -> str:
+    return "".join(f"        /*{16 * i:04x}*/                   {line} ;\n" for i, line in enumerate(lines))
+
+
+def test_gemm_groups_split_at_commits() -> None:
+    """kb's own listing: three MMA groups (two A-from-TMEM, one A-from-SMEM) closed by commits, one mixed group."""
+    mma_t = "UTCHMMA tmem[UR4], gdesc[UR6], tmem[UR8], tmem[UR10], idesc[UR11], UPT"
+    mma_s = "UTCHMMA gdesc[UR12], gdesc[UR14], tmem[UR8], tmem[UR10], idesc[UR11], !UPT"
+    sass = _listing(mma_t, mma_t, "UTCBAR [UR66], URZ", "FADD R1, R2, R3", mma_s, mma_s, "UTCBAR [UR66], URZ",
+                    mma_t, "UTCBAR [UR9], URZ", "UTCBAR [UR8], URZ", mma_s, mma_t)
+    assert F.mma_groups(sass) == [("tmem", "tmem"), ("gdesc", "gdesc"), ("tmem",), ("gdesc", "tmem")]
+    m = F.measure(sass, "")
+    assert (m["tcgen05_gemm_groups"], m["tcgen05_gemm_groups_a_tmem"], m["tcgen05_gemm_groups_a_mixed"]) == (4, 2, 1)
+    assert m["tcgen05_gemm_groups_a_tmem_share"] == 0.5 and m["tcgen05_mma_b_tmem"] == 0
+    # The same listing with one B operand moved to TMEM: counted, and the 2-of-5 expectation would now fail.
+    m2 = F.measure(sass.replace("UTCHMMA tmem[UR4], gdesc[UR6]", "UTCHMMA tmem[UR4], tmem[UR6]", 1), "")
+    assert m2["tcgen05_mma_b_tmem"] == 1
+    assert judge(m, {"tcgen05_gemm_groups_a_tmem_share": Comparison(equals=0.4)})[0] == "refutes"
+
+
+def test_reqntid_is_the_thread_product() -> None:
+    """PTX .reqntid: one to three dimensions multiply; a kernel without it reports None."""
+    assert F.reqntid(".visible .entry k()\n.reqntid 512, 1, 1\n.minnctapersm 1\n{") == 512
+    assert F.reqntid(".reqntid 128, 2\n") == 256
+    assert F.reqntid(".maxntid 1024, 1, 1\n") is None
+    assert F.measure("", ".reqntid 384, 1, 1\n")["ptx_reqntid"] == 384

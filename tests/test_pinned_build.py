@@ -145,3 +145,17 @@ def test_ctypes_args_match_the_c_abi(tmp_path: Path) -> None:
     for f in fields:
         assert int(got[f]) == getattr(pinned_build.KbAttnArgs, f).offset, f
     assert "is_e4m3" in fields  # the FP8 switch of the FA3 harness
+
+
+def test_fp8_runs_only_on_the_fa3_pin() -> None:
+    """dtype float8_e4m3fn is the FA3 pin's FP8 forward: other implementations refuse it by name, and the build has its units."""
+    from verifiers.gpu.params import AttnParams
+
+    p = AttnParams(impl="fa3-2024-08", dtype="float8_e4m3fn", head_dim=256)
+    assert (p.min_cc, p.max_cc) == (90, 90)
+    for impl in ("sdpa-flash", "fa2-v2.0.0", "fa4"):
+        with pytest.raises(ValueError, match="float8_e4m3fn runs only on impl fa3-2024-08"):
+            AttnParams(impl=impl, dtype="float8_e4m3fn")
+    rev = pinned_build.revision("fa3-2024-08")
+    assert {"fwd:e4m3:128", "fwd:e4m3:256"} <= set(rev.default_units)
+    assert rev.units["fwd:e4m3:256"] == "flash_fwd_hdim256_e4m3_sm90.cu"
