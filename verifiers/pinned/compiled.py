@@ -631,16 +631,35 @@ def occupancy(regs: int, threads: int, smem_block: int, hw: dict[str, float]) ->
     return limits[limiter], limiter
 
 
-@verifier("code.resources", kind="pinned-code", params=ResourcesParams,
-          requires=Requirements(tools=("nvcc",), git_source=True), timeout_s=1800)
-def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
-    """Compile the pinned kernel unit; registers, spills, stack and static smem per kernel; optional occupancy."""
+class UnitBuild:
+    """What compile_unit returns: the kernels ptxas reported (demangled names added) and how it was built."""
+
+    def __init__(self, kernels: list[dict[str, Any]], env: dict[str, Any], log: list[str]) -> None:
+        self.kernels, self.env, self.log = kernels, env, log
+
+    def chosen(self, kernel_filter: str) -> list[dict[str, Any]]:
+        """The kernels whose demangled name matches `kernel_filter` (a regex); an error when none does."""
+        out = [k for k in self.kernels if re.search(kernel_filter, k.get("name", k["mangled"]))]
+        if not out:
+            raise RuntimeError(f"no kernel matches {kernel_filter!r} among {len(self.kernels)}")
+        return out
+
+
+def compile_unit(p: Any, ctx: Context, a: dict[str, Any], clone: str, cache: str, unit: str | None = None,
+                 text: str | None = None) -> UnitBuild | Outcome:
+    """Compile one translation unit for `p.arch` with the pinned include folders and read ptxas' report.
+
+    The unit is the pinned file `unit` of the anchor's tree (code.resources), or kb's own source `text`
+    compiled beside it (code.instance-resources). `p` carries dirs, submodules, aten_shim, arch and flags.
+    Results are cached under .kb/build/<cache>/<key> by every input; a missing submodule clone is a skipped
+    Outcome.
+    """
     from verifiers.pinned import aten_shim
 
-    a, clone = _anchor(p, ctx)
     root = _cache_root(ctx)
-    dirs = p.dirs or [str(Path(a["path"]).parent)]
-    tree = _materialise(clone, a["sha"], sorted({*dirs, str(Path(a["path"]).parent)}), root)
+    src_dir = str(Path(a["path"]).parent)
+    dirs = p.dirs or [src_dir]
+    tree = _materialise(clone, a["sha"], sorted({*dirs, src_dir}), root)
     incs = [f"-I{tree / d}" for d in dirs]
     subs_used = {}
     for sub, folders in p.submodules.items():
@@ -654,11 +673,13 @@ def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
         incs.insert(0, f"-I{aten_shim.write(root)}")
     nvcc = find_tool("nvcc") or "nvcc"
     version = _tool_version(nvcc)
-    arch = p.arch.removeprefix("sm_")
-    flags = [f"-arch=sm_{arch}", *p.flags, "-Xptxas", "-v"]
-    key = hashlib.sha256(json.dumps([a["sha"], a["path"], flags, version, subs_used, dirs,
-                                     aten_shim.digest() if p.aten_shim else None]).encode()).hexdigest()[:20]
-    out = root / "resources" / key
+    flags = [f"-arch=sm_{p.arch.removeprefix('sm_')}", *p.flags, "-Xptxas", "-v"]
+    # The key of a pinned unit is what it was before kb's own units existed, so cached builds stay valid.
+    parts = [a["sha"], unit or a["path"], flags, version, subs_used, dirs, aten_shim.digest() if p.aten_shim else None]
+    if text is not None:
+        parts.insert(2, text)
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
+    out = root / cache / key
     log_file = out / "ptxas.log"
     cached = log_file.exists()
     start = time.perf_counter()
@@ -670,11 +691,16 @@ def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
         work = out / f".work-{tag}"
         work.mkdir()
         try:
-            res = sandbox.run([nvcc, *flags, *incs, "-cubin", "-o", str(work / "unit.cubin"), str(tree / a["path"])],
+            if text is not None:
+                (work / "instance.cu").write_text(text)
+            source = work / "instance.cu" if text is not None else tree / (unit or a["path"])
+            res = sandbox.run([nvcc, *flags, *incs, "-cubin", "-o", str(work / "unit.cubin"), str(source)],
                               work=work, readable=[root], timeout=1700, limits=sandbox.Limits(cpu_s=1800))
             if res.returncode != 0:
                 raise RuntimeError(f"nvcc failed: {res.stderr[-1500:]}")
             os.replace(work / "unit.cubin", out / "unit.cubin")
+            if text is not None:
+                (out / "instance.cu").write_text(text)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         (out / f"ptxas.{tag}.log").write_text(res.stderr)
@@ -685,10 +711,18 @@ def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
                            text=True, timeout=60).stdout.splitlines()
     for k, n in zip(kernels, names, strict=False):
         k["name"] = n
-    chosen = [k for k in kernels if re.search(p.kernel_filter, k.get("name", k["mangled"]))]
-    if not chosen:
-        raise RuntimeError(f"no kernel matches {p.kernel_filter!r} among {len(kernels)}")
-    meas: dict[str, tuple[Any, str]] = {
+    log = [f"compiler: {version}; flags: {' '.join(flags)}; build {key}"
+           + (" (cached)" if cached else f" (compiled in {seconds:.0f} s)"),
+           f"ATen names supplied by kb's shim {aten_shim.digest()}" if p.aten_shim else "no shim"]
+    env = {"compiler": version, "flags": flags, "source_sha": a["sha"], "submodules": subs_used,
+           "aten_shim": aten_shim.digest() if p.aten_shim else None, "sandbox": sandbox.level(),
+           "compile_seconds": round(seconds, 1), "cached": cached}
+    return UnitBuild(kernels, env, log)
+
+
+def resource_measurements(chosen: list[dict[str, Any]]) -> dict[str, tuple[Any, str]]:
+    """registers (max and min), spills, stack and static smem over the matched kernels."""
+    return {
         "kernels": (len(chosen), "entries"),
         "registers": (max(k["registers"] for k in chosen), "per thread (max over matched kernels)"),
         "registers_min": (min(k["registers"] for k in chosen), "per thread"),
@@ -697,6 +731,24 @@ def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
         "stack_bytes": (max(k["stack"] for k in chosen), "bytes"),
         "static_smem": (max(k["smem"] for k in chosen), "bytes"),
     }
+
+
+def kernel_lines(chosen: list[dict[str, Any]]) -> list[str]:
+    """One log line per matched kernel (the first 20)."""
+    return [f"{k['registers']:4d} regs {k['spill_stores']:6d} B spill-st {k['spill_loads']:6d} B spill-ld "
+            f"{k['smem']:6d} B smem  {k.get('name', k['mangled'])[:160]}" for k in chosen[:20]]
+
+
+@verifier("code.resources", kind="pinned-code", params=ResourcesParams,
+          requires=Requirements(tools=("nvcc",), git_source=True), timeout_s=1800)
+def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
+    """Compile the pinned kernel unit; registers, spills, stack and static smem per kernel; optional occupancy."""
+    a, clone = _anchor(p, ctx)
+    build = compile_unit(p, ctx, a, clone, "resources")
+    if isinstance(build, Outcome):
+        return build
+    chosen = build.chosen(p.kernel_filter)
+    meas = resource_measurements(chosen)
     if p.block_threads is not None and p.sku:
         hw = ctx.hardware.get(p.sku)
         if hw is None:
@@ -705,13 +757,6 @@ def kernel_resources(p: ResourcesParams, ctx: Context) -> Outcome:
         ctas, limiter = occupancy(meas["registers"][0], p.block_threads, smem, hw)
         meas["ctas_per_sm"] = (ctas, f"on {p.sku}")
         meas["occupancy_limiter"] = (limiter, "")
-    log = [f"{a['source']} {a['path']} @ {a['sha']}; {len(kernels)} kernels, {len(chosen)} matched {p.kernel_filter!r}",
-           f"compiler: {version}; flags: {' '.join(flags)}; build {key}"
-           + (" (cached)" if cached else f" (compiled in {seconds:.0f} s)"),
-           f"ATen names supplied by kb's shim {aten_shim.digest()}" if p.aten_shim else "no shim"]
-    log += [f"{k['registers']:4d} regs {k['spill_stores']:6d} B spill-st {k['spill_loads']:6d} B spill-ld "
-            f"{k['smem']:6d} B smem  {k.get('name', k['mangled'])[:160]}" for k in chosen[:20]]
-    return Outcome(measurements=meas, log="\n".join(log),
-                   environment={"compiler": version, "flags": flags, "source_sha": a["sha"], "submodules": subs_used,
-                                "aten_shim": aten_shim.digest() if p.aten_shim else None, "sandbox": sandbox.level(),
-                                "compile_seconds": round(seconds, 1), "cached": cached})
+    log = [f"{a['source']} {a['path']} @ {a['sha']}; {len(build.kernels)} kernels, {len(chosen)} matched {p.kernel_filter!r}",
+           *build.log, *kernel_lines(chosen)]
+    return Outcome(measurements=meas, log="\n".join(log), environment=build.env)
