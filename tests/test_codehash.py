@@ -121,3 +121,26 @@ def test_the_tree_text_is_the_same_on_every_python() -> None:
     assert dump(tree) == want
     if sys.version_info[:2] == (3, 12):
         assert ast.dump(tree) == want
+
+
+def test_hashes_from_many_threads_match_one_thread() -> None:
+    """The runner hashes in its lane threads: eight threads give the serial hashes.
+
+    CPython 3.11's ast.parse once raised SystemError ("AST constructor recursion depth mismatch") in a lane
+    during the suite, which lost that run's evidence; registry.code_hash now hashes under a lock. The race is
+    rare, so this test guards the result (threaded equals serial), not the race itself.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kb.verify import registry as R
+
+    root = Path(__file__).resolve().parent.parent / "verifiers"
+    specs = list(R.load_verifiers(root).values())
+    R._HASHES.clear()
+    R._HASHERS.clear()
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        threaded = list(ex.map(lambda s: s.code_hash(), specs * 2))
+    R._HASHES.clear()
+    R._HASHERS.clear()
+    serial = [s.code_hash() for s in specs]
+    assert threaded == serial * 2

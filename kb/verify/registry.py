@@ -13,6 +13,7 @@ import importlib
 import inspect
 import pkgutil
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,9 +116,12 @@ class VerifierSpec:
             return f"v:{self.version}"
         mod = self.func.__module__
         key = (mod, self.func.__qualname__)
-        if key not in _HASHES:
-            _HASHES[key] = _hasher(mod.split(".")[0]).hash_function(*key)
-        return _HASHES[key]
+        # The runner's lanes are threads, and CPython 3.11's ast.parse is not safe to run in two threads at once
+        # ("AST constructor recursion depth mismatch"): hashes are computed one at a time.
+        with _HASH_LOCK:
+            if key not in _HASHES:
+                _HASHES[key] = _hasher(mod.split(".")[0]).hash_function(*key)
+            return _HASHES[key]
 
 
 def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements:
@@ -154,6 +158,7 @@ def requirements_for(spec: VerifierSpec, params: dict[str, Any]) -> Requirements
 
 
 _HASHES: dict[tuple[str, str], str] = {}
+_HASH_LOCK = threading.Lock()
 _HASHERS: dict[str, CodeHasher] = {}
 
 
