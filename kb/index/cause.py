@@ -152,7 +152,8 @@ def _tie(claim: Any, run: Any) -> str | None:
     ties = exact_ties(rule, first["input"])
     if not ties:
         return None
-    return (f"the only disagreeing input {first['input']} is an exact tie of the stated rule ({ties[0]}); the pinned "
+    point = dict(sorted(first["input"].items()))  # a stable text whatever order the run recorded its keys in
+    return (f"the only disagreeing input {point} is an exact tie of the stated rule ({ties[0]}); the pinned "
             f"code's floating-point arithmetic answers {first.get('pinned_code')}, the rule {first.get('rule')}")
 
 
