@@ -49,7 +49,12 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
              "neg.gpu.ncu-dram-write", "neg.gpu.ncu-dram-over-l2", "neg.gpu.ncu-l2-over-kv",
              "neg.gpu.ncu-occupancy", "neg.gpu.ncu-load-delta",
              # gpu.head-independence on the FA1 pin; the FP8 forward's error guard in gpu.benchmark
-             "neg.gpu.head-independence", "neg.gpu.fp8-error"}
+             "neg.gpu.head-independence", "neg.gpu.fp8-error",
+             # gpu.ncu-counters (sectors per request), gpu.atomic-contention (a layout against itself) and
+             # gpu.carveout-residency (the continuous model at every sweep point)
+             "neg.gpu.ncu-counters", "neg.gpu.atomic-contention", "neg.gpu.carveout-residency",
+             # gpu.scratch-repeat: a workspace that repeats, expected to give two results
+             "neg.gpu.scratch-repeat"}
     assert set(summary["refuted"]) == kinds, (summary["refuted"], summary.get("skips"), res.stderr[-3000:])
     assert summary["errors"] == []
 
@@ -63,5 +68,5 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 14
+    assert len(rows) == 18
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows

@@ -23,10 +23,12 @@ from kb.export.site.charts import _peak, expect_band
 from kb.export.site.data import SiteData, fmt_expect, fmt_value
 
 # The GPU verifiers whose runs hold measured figures, in the table's order.
-KINDS = ("gpu.benchmark", "gpu.probe", "gpu.ncu-metrics", "gpu.kernel-run", "gpu.bitwise-repeat")
+KINDS = ("gpu.benchmark", "gpu.probe", "gpu.ncu-metrics", "gpu.ncu-counters", "gpu.atomic-contention",
+         "gpu.carveout-residency", "gpu.kernel-run", "gpu.bitwise-repeat")
 PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 _ATTN_DEFAULTS = {"impl": "sdpa-flash", "batch": 2, "heads": 16, "seqlen_q": 1024, "head_dim": 128, "dtype": "bfloat16"}
-_PHASE_DEFAULT = {"gpu.benchmark": "forward", "gpu.ncu-metrics": "forward", "gpu.kernel-run": "both"}
+_PHASE_DEFAULT = {"gpu.benchmark": "forward", "gpu.ncu-metrics": "forward", "gpu.ncu-counters": "forward",
+                  "gpu.kernel-run": "both"}
 _PROBE_DEFAULTS = {"grid": 1000, "block": 1024, "smem_bytes": 0, "m": 8192, "n": 8192, "k": 8192, "dtype": "bfloat16"}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 # The figure a benchmark metric or a probe is about, shown even when the expectation is on another quantity.
