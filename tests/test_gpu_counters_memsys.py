@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from verifiers.gpu import counters, memsys
+from verifiers.gpu import counters, memsys, ncu
 from verifiers.gpu.params import AttnParams
 from verifiers.gpu.scratch import ScratchParams
 
@@ -24,7 +24,7 @@ NAMES = ["global_ld_requests", "global_ld_sectors", "dram_write_bytes", "l2_red_
 
 
 def test_parse_rows_scales_and_totals_derive_ratios() -> None:
-    rows = counters.parse_rows(CSV, [counters.COUNTERS[n] for n in NAMES])
+    rows = ncu.parse_rows(CSV, [counters.COUNTERS[n] for n in NAMES])
     assert [r["name"] for r in rows] == ["fmha_dgrad_kernel", "convert"]
     named = [{"name": r["name"], **{n: r[counters.COUNTERS[n]] for n in NAMES}} for r in rows]
     t = counters.totals(named, NAMES)
@@ -32,6 +32,32 @@ def test_parse_rows_scales_and_totals_derive_ratios() -> None:
     assert t["sectors_per_ld_request"] == pytest.approx(16_160 / 1_010)
     assert t["dram_write_bytes"] == pytest.approx(2.5e6)
     assert t["red_bytes_over_dram_write"] == pytest.approx(32 * 250_000 / 2.5e6)
+
+
+def test_per_sm_spread_needs_one_kernel_and_part_shares_add_up() -> None:
+    one = [{"name": "flash_fwd_kernel", "sm_active_cycles_max": 300.0, "sm_active_cycles_avg": 150.0}]
+    t = counters.totals(one, ["sm_active_cycles_max", "sm_active_cycles_avg"])
+    assert t["sm_active_max_over_avg"] == pytest.approx(2.0)
+    two = [{"name": "a", "sm_active_cycles_max": 1.0}, {"name": "b", "sm_active_cycles_max": 2.0}]
+    with pytest.raises(RuntimeError, match="one kernel"):  # a max summed over kernels means nothing
+        counters.totals(two, ["sm_active_cycles_max"])
+    rows = [{"name": "flash_bwd_dot_do_o_kernel", "gpu_time_ns": 10.0},
+            {"name": "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "gpu_time_ns": 85.0},
+            {"name": "flash_bwd_convert_dq_kernel", "gpu_time_ns": 5.0}]
+    t = counters.totals(rows, ["gpu_time_ns"], ["dot_do_o", "convert_dq"])
+    assert t["part_share_gpu_time_ns"] == pytest.approx(0.15)
+    with pytest.raises(RuntimeError, match="part_filter"):
+        counters.totals(rows, ["gpu_time_ns"], ["no_such_kernel"])
+
+
+def test_a_zero_denominator_leaves_the_ratio_out_and_says_so() -> None:
+    notes: list[str] = []
+    t = counters.totals([{"name": "k", "l2_red_sectors": 0.0, "dram_write_bytes": 64.0}],
+                        ["l2_red_sectors", "dram_write_bytes"], notes=notes)
+    assert "dram_write_over_red_bytes" not in t and any("dram_write_over_red_bytes" in n for n in notes)
+    p = AttnParams(batch=1, heads=1, seqlen_q=128, head_dim=64)
+    m = counters.measurements({"gpu_time_ns": 0.0}, {"gpu_time_ns": 5.0}, counters.tensor_bytes(p), notes)
+    assert "ratio_gpu_time_ns" not in m and any("ratio_gpu_time_ns" in n for n in notes)
 
 
 def test_a_counter_ncu_does_not_report_is_an_error_not_a_zero() -> None:

@@ -53,6 +53,8 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
              # gpu.ncu-counters (sectors per request), gpu.atomic-contention (a layout against itself) and
              # gpu.carveout-residency (the continuous model at every sweep point)
              "neg.gpu.ncu-counters", "neg.gpu.atomic-contention", "neg.gpu.carveout-residency",
+             # gpu.ncu-counters' per-SM spread and part shares: an even grid, and two small launches
+             "neg.gpu.ncu-counters-spread",
              # gpu.scratch-repeat: a workspace that repeats, expected to give two results
              "neg.gpu.scratch-repeat"}
     assert set(summary["refuted"]) == kinds, (summary["refuted"], summary.get("skips"), res.stderr[-3000:])
@@ -68,5 +70,5 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 18
+    assert len(rows) == 20
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows

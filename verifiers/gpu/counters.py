@@ -9,25 +9,24 @@ the share of SM cycles that were active (how full the GPU was). With `other`, a 
 profiled the same way and every figure gets an `other_` value and a `ratio_` (other over this).
 
 Counters are summed over every profiled kernel that `kernel_filter` selects; a counter Nsight Compute does not
-report on this GPU is an error that names it, never a zero.
+report on this GPU is an error that names it, never a zero. Two counters are per-SM statistics of one kernel
+(the busiest SM's active cycles and the mean over all SMs, idle ones included): their ratio says how unevenly
+the kernel's CTAs loaded the SMs, and a check that reads them must select exactly one kernel. `part_filter`
+names some of the profiled kernels; each summed counter then also gets `part_share_<counter>`, their share of
+the total (the time of a backward's preprocess and conversion launches, say). A ratio whose denominator is 0
+is left out and the log says so; it is never recorded as infinite.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from typing import Any
 
 from pydantic import field_validator
 
 from kb.registry import Context, Outcome, Requirements, verifier
-from verifiers.gpu.ncu import _CHILD, NcuParams, _num, tensor_bytes, unit_factor
+from verifiers.gpu.ncu import NcuParams, configurations, run_ncu, tensor_bytes
 from verifiers.gpu.params import AttnParams
 
 SECTOR = 32  # bytes per L2 / L1 sector
@@ -49,7 +48,11 @@ COUNTERS: dict[str, str] = {
     "global_red_requests": "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum",
     "sm_active_cycles": "sm__cycles_active.sum",  # summed over SMs: cycles with at least one warp resident
     "sm_elapsed_cycles": "sm__cycles_elapsed.sum",
+    # Per-SM statistics of one kernel, not sums: the busiest SM's active cycles and the mean over every SM.
+    "sm_active_cycles_max": "sm__cycles_active.max",
+    "sm_active_cycles_avg": "sm__cycles_active.avg",
 }
+PER_KERNEL = {"sm_active_cycles_max", "sm_active_cycles_avg"}
 UNITS = {
     "dram_read_bytes": "bytes", "dram_write_bytes": "bytes", "gpu_time_ns": "ns (sum over the kernels)",
     "l2_read_sectors": "32-byte sectors read from L2 by the SMs", "l2_red_sectors": "sectors reduced at L2",
@@ -59,6 +62,8 @@ UNITS = {
     "sectors_per_ld_request": "sectors per global-load request", "sm_active_frac": "of SM-cycles elapsed",
     "dram_write_over_red_bytes": "x bytes of reductions at L2", "l2_read_over_kv": "x bytes of K and V",
     "red_bytes_over_dram_write": "x DRAM bytes written",
+    "sm_active_cycles_max": "cycles (busiest SM)", "sm_active_cycles_avg": "cycles (mean over SMs)",
+    "sm_active_max_over_avg": "x (busiest SM over the mean)", "red_bytes_over_kv": "x bytes of K and V",
 }
 
 
@@ -66,6 +71,15 @@ class CounterParams(NcuParams):
     """The pass and kernels to profile (as gpu.ncu-metrics), and which of COUNTERS to read."""
 
     counters: list[str]
+    part_filter: list[str] = []  # substrings of some profiled kernels' names: their share of each summed counter
+
+    @field_validator("part_filter")
+    @classmethod
+    def _part_names(cls, v: list[str]) -> list[str]:
+        for x in v:
+            if not re.fullmatch(r"[A-Za-z0-9_]+", x):
+                raise ValueError(f"part_filter entries are identifier substrings, got {x!r}")
+        return v
 
     @field_validator("counters")
     @classmethod
@@ -76,82 +90,82 @@ class CounterParams(NcuParams):
         return v
 
 
-def parse_rows(text: str, metrics: list[str]) -> list[dict[str, Any]]:
-    """One row per profiled kernel from `ncu --csv --page raw` output: its name and `metrics` in base units.
-
-    As ncu.parse_csv, for any metric list (ncu.py's fixed-list parser is left as it is so that the evidence
-    of gpu.ncu-metrics keeps its code hash; the two can merge at the next full GPU re-run).
-    """
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    units: dict[str, str] = {}
-    if rows and not (rows[0].get("ID") or "").strip():
-        units = {k: v or "" for k, v in rows[0].items() if k}
-        rows = rows[1:]
-    out = []
-    for row in rows:
-        rec: dict[str, Any] = {"name": row.get("Kernel Name", "")}
-        for m in metrics:
-            v = _num(row.get(m) or "")
-            rec[m] = None if v is None else v * unit_factor(units.get(m, ""))
-        out.append(rec)
-    return out
-
-
 def profile(p: AttnParams, phase: str, kernel_filter: list[str], names: list[str],
             timeout: float = 300) -> list[dict[str, Any]]:
     """One row per profiled kernel: its name and the named counters in base units (None where not reported)."""
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise RuntimeError("ncu (Nsight Compute) is not on PATH")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-           "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")}
-    metrics = [COUNTERS[n] for n in names]
-    select = ["--kernel-name", "regex:" + "|".join(re.escape(s) for s in kernel_filter)] if kernel_filter else []
-    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all", *select,
-           "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
-           sys.executable, "-c", _CHILD, json.dumps(p.model_dump(include=set(AttnParams.model_fields))), phase]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
-    rows = parse_rows(res.stdout, metrics)
-    if res.returncode != 0 or not rows:
-        raise RuntimeError(f"ncu failed (exit {res.returncode}, {len(rows)} kernels profiled): "
-                           f"{(res.stderr or res.stdout)[-600:]}")
+    rows = run_ncu(p, phase, kernel_filter, [COUNTERS[n] for n in names], timeout)
     return [{"name": r["name"], **{n: r[COUNTERS[n]] for n in names}} for r in rows]
 
 
-def totals(rows: list[dict[str, Any]], names: list[str]) -> dict[str, float]:
-    """Each counter summed over the kernels, then the ratios its inputs allow."""
+def totals(rows: list[dict[str, Any]], names: list[str], part_filter: list[str] | None = None,
+           notes: list[str] | None = None) -> dict[str, float]:
+    """Each counter summed over the kernels (a per-SM statistic: of the one kernel), then the ratios it allows.
+
+    A ratio with a zero denominator is left out and explained in `notes`.
+    """
+    notes = notes if notes is not None else []
     out: dict[str, float] = {}
     for n in names:
         missing = [r["name"][:80] for r in rows if r.get(n) is None]
         if missing:
             raise RuntimeError(f"Nsight Compute reported no value of {COUNTERS[n]} ({n}) for {missing[:3]}")
+        if n in PER_KERNEL and len(rows) != 1:
+            raise RuntimeError(f"{n} is a per-SM statistic of one kernel, but {len(rows)} kernels were profiled "
+                               f"({sorted({r['name'][:60] for r in rows})[:3]}); narrow kernel_filter")
         out[n] = float(sum(r[n] for r in rows))
-    if out.get("global_ld_requests"):
-        out["sectors_per_ld_request"] = out["global_ld_sectors"] / out["global_ld_requests"]
-    if out.get("sm_elapsed_cycles"):
-        out["sm_active_frac"] = out["sm_active_cycles"] / out["sm_elapsed_cycles"]
+
+    def ratio(key: str, num: float, den: float) -> None:
+        if den:
+            out[key] = num / den
+        else:
+            notes.append(f"{key} left out: its denominator is 0")
+
+    if "global_ld_requests" in out:
+        ratio("sectors_per_ld_request", out["global_ld_sectors"], out["global_ld_requests"])
+    if "sm_elapsed_cycles" in out:
+        ratio("sm_active_frac", out["sm_active_cycles"], out["sm_elapsed_cycles"])
+    if "sm_active_cycles_max" in out and "sm_active_cycles_avg" in out:
+        ratio("sm_active_max_over_avg", out["sm_active_cycles_max"], out["sm_active_cycles_avg"])
     if "l2_red_sectors" in out and "dram_write_bytes" in out:
         red = SECTOR * out["l2_red_sectors"]
-        out["dram_write_over_red_bytes"] = out["dram_write_bytes"] / red if red else float("inf")
-        out["red_bytes_over_dram_write"] = red / max(out["dram_write_bytes"], 1.0)
+        ratio("dram_write_over_red_bytes", out["dram_write_bytes"], red)
+        ratio("red_bytes_over_dram_write", red, out["dram_write_bytes"])
+    if part_filter:
+        part = [r for r in rows if any(f in r["name"] for f in part_filter)]
+        if not part:
+            raise RuntimeError(f"no profiled kernel matches part_filter {part_filter}: "
+                               f"{sorted({r['name'][:60] for r in rows})[:4]}")
+        for n in names:
+            if n not in PER_KERNEL:
+                ratio(f"part_share_{n}", float(sum(r[n] for r in part)), out[n])
     return out
 
 
-def measurements(this: dict[str, float], other: dict[str, float] | None,
-                 sizes: dict[str, int]) -> dict[str, tuple[Any, str]]:
+def _per_kv(figures: dict[str, float], kv: int) -> dict[str, float]:
+    """The figures with the traffic ones restated in bytes of K and V."""
+    extra = {}
+    if "l2_read_sectors" in figures:
+        extra["l2_read_over_kv"] = SECTOR * figures["l2_read_sectors"] / kv
+    if "l2_red_sectors" in figures:
+        extra["red_bytes_over_kv"] = SECTOR * figures["l2_red_sectors"] / kv
+    return {**figures, **extra}
+
+
+def measurements(this: dict[str, float], other: dict[str, float] | None, sizes: dict[str, int],
+                 notes: list[str] | None = None) -> dict[str, tuple[Any, str]]:
     """This configuration's figures, and with another one its figures and other-over-this ratios."""
-    if "l2_read_sectors" in this:
-        this = {**this, "l2_read_over_kv": SECTOR * this["l2_read_sectors"] / sizes["kv"]}
+    notes = notes if notes is not None else []
+    this = _per_kv(this, sizes["kv"])
     meas: dict[str, tuple[Any, str]] = {k: (round(v, 6), UNITS.get(k, "")) for k, v in this.items()}
     if other is not None:
-        if "l2_read_sectors" in other:
-            other = {**other, "l2_read_over_kv": SECTOR * other["l2_read_sectors"] / sizes["kv"]}
+        other = _per_kv(other, sizes["kv"])
         for k, v in other.items():
             meas[f"other_{k}"] = (round(v, 6), UNITS.get(k, ""))
             if k in this:
-                meas[f"ratio_{k}"] = (round(v / this[k], 6) if this[k] else float("inf"), "x (other over this)")
+                if this[k]:
+                    meas[f"ratio_{k}"] = (round(v / this[k], 6), "x (other over this)")
+                else:
+                    notes.append(f"ratio_{k} left out: this configuration's {k} is 0")
             if k in BYTES_PER and k in this:
                 meas[f"{k}_delta_over_kv"] = (round((v - this[k]) * BYTES_PER[k] / sizes["kv"], 6),
                                               "x bytes of K and V (other minus this)")
@@ -162,20 +176,18 @@ def measurements(this: dict[str, float], other: dict[str, float] | None,
           timeout_s=900)
 def ncu_counters(p: CounterParams, ctx: Context) -> Outcome:
     """The named Nsight Compute counters over the pass's kernels (and another configuration's), with ratios."""
-    from verifiers.gpu import pinned as gpu_pinned
-    from verifiers.gpu.params import PINNED_IMPLS
-
-    other_p = (AttnParams.model_validate({**p.model_dump(include=set(AttnParams.model_fields)), **p.other})
-               if p.other else None)
-    for q in (p, other_p):
-        if q is not None and q.impl in PINNED_IMPLS and (why := gpu_pinned.available(q.impl)):
-            return Outcome(verdict="skipped", reason=why)
+    other_p, why = configurations(p)
+    if why:
+        return Outcome(verdict="skipped", reason=why)
+    notes: list[str] = []
     rows = profile(p, p.phase, p.kernel_filter, p.counters)
-    this = totals(rows, p.counters)
+    this = totals(rows, p.counters, p.part_filter, notes)
     other_rows = profile(other_p, p.phase, p.kernel_filter, p.counters) if other_p is not None else None
-    other = totals(other_rows, p.counters) if other_rows is not None else None
-    log: dict[str, Any] = {"this": rows, "other": other_rows, "metrics": {n: COUNTERS[n] for n in p.counters}}
+    other = totals(other_rows, p.counters, p.part_filter, notes) if other_rows is not None else None
+    meas = measurements(this, other, tensor_bytes(p), notes)
+    log: dict[str, Any] = {"this": rows, "other": other_rows, "metrics": {n: COUNTERS[n] for n in p.counters},
+                           "notes": notes}
     names = sorted({r["name"][:120] for r in rows + (other_rows or [])})
-    return Outcome(measurements=measurements(this, other, tensor_bytes(p)), log=json.dumps(log, indent=1)[-20000:],
+    return Outcome(measurements=meas, log=json.dumps(log, indent=1)[-20000:],
                    environment={"kernels": names[:8], "method": "ncu --clock-control none",
                                 "kernel_filter": p.kernel_filter})

@@ -111,8 +111,8 @@ def _num(text: str) -> float | None:
         return None
 
 
-def parse_csv(text: str) -> list[dict[str, Any]]:
-    """One row per profiled kernel from `ncu --csv --page raw` output: name and METRICS in base units.
+def parse_rows(text: str, metrics: list[str]) -> list[dict[str, Any]]:
+    """One row per profiled kernel from `ncu --csv --page raw` output: its name and `metrics` in base units.
 
     The row after the header holds the units (its ID cell is empty); lines that are not CSV rows
     (the child's own output, ncu's ==PROF== notes) are dropped.
@@ -126,16 +126,24 @@ def parse_csv(text: str) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         rec: dict[str, Any] = {"name": row.get("Kernel Name", "")}
-        for m in METRICS:
+        for m in metrics:
             v = _num(row.get(m) or "")
             rec[m] = None if v is None else v * unit_factor(units.get(m, ""))
         out.append(rec)
     return out
 
 
-def profile_pass(p: NcuParams | AttnParams, phase: str, kernel_filter: list[str] | None = None,
-                 timeout: float = 240) -> list[dict[str, Any]]:
-    """One row per profiled kernel: name and the METRICS values (base units: bytes, sectors, ns, %)."""
+def parse_csv(text: str) -> list[dict[str, Any]]:
+    """parse_rows for METRICS, the fixed set this verifier reads."""
+    return parse_rows(text, METRICS)
+
+
+def run_ncu(p: AttnParams, phase: str, kernel_filter: list[str] | None, metrics: list[str],
+            timeout: float = 240) -> list[dict[str, Any]]:
+    """Profile one pass of `p` in a child process under ncu; one row per profiled kernel with `metrics`.
+
+    Only names from a verifier's own metric list reach ncu's command line; the kernel filter is escaped.
+    """
     ncu = shutil.which("ncu")
     if ncu is None:
         raise RuntimeError("ncu (Nsight Compute) is not on PATH")
@@ -144,14 +152,36 @@ def profile_pass(p: NcuParams | AttnParams, phase: str, kernel_filter: list[str]
            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")}
     select = ["--kernel-name", "regex:" + "|".join(re.escape(s) for s in kernel_filter)] if kernel_filter else []
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-           *select, "--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units", "base",
+           *select, "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
            sys.executable, "-c", _CHILD, json.dumps(p.model_dump(include=set(AttnParams.model_fields))), phase]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
-    rows = parse_csv(res.stdout)
+    rows = parse_rows(res.stdout, metrics)
     if res.returncode != 0 or not rows:
         raise RuntimeError(f"ncu failed (exit {res.returncode}, {len(rows)} kernels profiled): "
                            f"{(res.stderr or res.stdout)[-600:]}")
     return rows
+
+
+def profile_pass(p: NcuParams | AttnParams, phase: str, kernel_filter: list[str] | None = None,
+                 timeout: float = 240) -> list[dict[str, Any]]:
+    """One row per profiled kernel: name and the METRICS values (base units: bytes, sectors, ns, %)."""
+    return run_ncu(p, phase, kernel_filter, METRICS, timeout)
+
+
+def configurations(p: NcuParams) -> tuple[AttnParams | None, str | None]:
+    """The comparison configuration (`other` over p) and why the check must skip here, if it must.
+
+    A pinned implementation whose build is not on this machine skips rather than fails.
+    """
+    from verifiers.gpu import pinned as gpu_pinned
+    from verifiers.gpu.params import PINNED_IMPLS
+
+    other_p = (AttnParams.model_validate({**p.model_dump(include=set(AttnParams.model_fields)), **p.other})
+               if p.other else None)
+    for q in (p, other_p):
+        if q is not None and q.impl in PINNED_IMPLS and (why := gpu_pinned.available(q.impl)):
+            return other_p, why
+    return other_p, None
 
 
 def tensor_bytes(p: AttnParams) -> dict[str, int]:
@@ -223,14 +253,9 @@ def measurements(this: dict[str, Any], sizes: dict[str, int], other: dict[str, A
           timeout_s=600)
 def ncu_metrics(p: NcuParams, ctx: Context) -> Outcome:
     """DRAM and L2 bytes over the pass's kernels and the longest kernel's occupancy limiters (Nsight Compute)."""
-    from verifiers.gpu import pinned as gpu_pinned
-    from verifiers.gpu.params import PINNED_IMPLS
-
-    other_p = (AttnParams.model_validate({**p.model_dump(include=set(AttnParams.model_fields)), **p.other})
-               if p.other else None)
-    for q in (p, other_p):
-        if q is not None and q.impl in PINNED_IMPLS and (why := gpu_pinned.available(q.impl)):
-            return Outcome(verdict="skipped", reason=why)
+    other_p, why = configurations(p)
+    if why:
+        return Outcome(verdict="skipped", reason=why)
     this = summarize(profile_pass(p, p.phase, p.kernel_filter))
     other = summarize(profile_pass(other_p, p.phase, p.kernel_filter)) if other_p is not None else None
     log: dict[str, Any] = {"this": this, "tensor_bytes": tensor_bytes(p)}
