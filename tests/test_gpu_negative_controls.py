@@ -57,6 +57,8 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
              "neg.gpu.ncu-counters-spread",
              # gpu.scratch-repeat: a workspace that repeats, expected to give two results
              "neg.gpu.scratch-repeat"}
+    # gpu.toolkit-bits needs builds by a second toolkit, which a machine names in $KB_ALT_BUILD_CACHE
+    kinds |= {"neg.gpu.toolkit-bits"} if os.environ.get("KB_ALT_BUILD_CACHE") else set()
     assert set(summary["refuted"]) == kinds, (summary["refuted"], summary.get("skips"), res.stderr[-3000:])
     assert summary["errors"] == []
 
@@ -70,5 +72,14 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 20
+    assert len(rows) == 21
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows
+
+
+@pytest.mark.skipif(not gpus() or not os.environ.get("KB_ALT_BUILD_CACHE"),
+                    reason="needs a CUDA GPU and builds by a second toolkit ($KB_ALT_BUILD_CACHE)")
+def test_toolkit_bits_control_refutes(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    res = _kb(proj, "verify", "--claim", "neg.gpu.toolkit-bits", "--json")
+    summary = json.loads(res.stdout)
+    assert summary["refuted"] == ["neg.gpu.toolkit-bits"], (summary, res.stderr[-3000:])
