@@ -213,3 +213,17 @@ def test_a_recorded_judgement_outranks_the_band_rule(project: Path) -> None:
     got = _status(project, "test.judged.count")
     assert (got["status"], got["cause"], got["cause_by"]) == ("refuted", "note", "judgement"), got
     assert _status(project, "test.unjudged.count")["cause"] == "band-below"
+
+
+def test_an_inconclusive_run_with_its_own_reason_is_unreached_not_spread() -> None:
+    from types import SimpleNamespace
+
+    from kb.index import cause
+
+    claim = SimpleNamespace(scope=SimpleNamespace(reported_on=None), cause=None, checks=[])
+    run = SimpleNamespace(reason="13.2 and 13.0 give the same bits on this input", measurements={}, expect={},
+                          check_index=0)
+    assert cause.derive(claim, "inconclusive", [run], "NVIDIA H200")[:1] == ("unreached",)
+    noisy = SimpleNamespace(reason="the median gives 'refutes' but the run-to-run spread [0.8, 1.3] lies partly "
+                                   "inside", measurements={}, expect={}, check_index=0)
+    assert cause.derive(claim, "inconclusive", [noisy], "NVIDIA H200")[0] == "spread"

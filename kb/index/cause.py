@@ -12,6 +12,8 @@ A refutation is a claim about someone's work, so it carries its cause:
 - `band-above` / `band-below`: a measurement outside a stated band, with the direction;
 - `spread`: (inconclusive only) the verdict flips within the run-to-run or batch-to-batch spread;
 - `unbound`: (inconclusive only) the statement states a number no check binds and no measurement reproduces;
+- `unreached`: (inconclusive only) a check ran and, by its own account, does not reach what the statement
+  asserts (two toolkits that agree bitwise say nothing of a "can differ" statement): the verifier's reason;
 - `extraction`: the claim misstates its source (a defect of the KB, never published).
 
 Rules decide where the data allows: a tie by exact rational re-evaluation of the stated rule at the
@@ -185,6 +187,11 @@ def derive(claim: Any, status: str, deciding: list[Any], hardware_class: str) ->
         judged = getattr(claim, "cause", None)
         if judged is not None:
             return judged.kind, judged.why, "judgement"
+        # A verifier that decides its own verdict says why it leaves the statement open; only a run whose
+        # reason is the run-to-run spread is a spread (batch splits are caught before this).
+        stated = [r for r in deciding if (getattr(r, "reason", None) or "") and "spread" not in r.reason]
+        if stated and len(stated) == len(deciding):
+            return "unreached", stated[0].reason, "rule"
         return "spread", "the verdict flips within the spread of the runs behind it", "rule"
     judged = getattr(claim, "cause", None)
     if judged is not None:

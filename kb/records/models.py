@@ -273,7 +273,7 @@ class Cause(Strict):
     # `hypothesis`: a claim of the KB's own (a measurement no source asserts) that the evidence refutes: a fact
     # about the measured stack, not a finding about anyone's writing.
     kind: Literal["note", "deck", "source", "hypothesis", "not-reproduced", "tie", "band-above", "band-below", "spread",
-                  "extraction"]
+                  "unreached", "extraction"]
     why: str = Field(min_length=20)
 
 

@@ -59,6 +59,8 @@ CAUSE_TERMS = {
     "spread": "The verdict flips within the run-to-run or batch-to-batch spread (inconclusive only).",
     "unbound": "The statement states a number that no check binds and no measurement reproduces "
                "(inconclusive only).",
+    "unreached": "A check ran and, by its own account, does not reach what the statement asserts: one agreeing "
+                 "pair of builds, say, for a statement that builds can differ (inconclusive only).",
     "hypothesis": "The KB's own claim (a measurement no source asserts) was wrong: a fact about the measured "
                   "software and hardware, not a finding about the notes.",
     "extraction": "The claim misstated its source: a defect of this project, not of the notes.",
