@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kb.records.models import Comparison
 from kb.verify.expect import judge
-from verifiers.pinned import sass_loops as L
+from verifiers.pinned import spills as L
 from verifiers.pinned.sass import split_functions
 
 FIX = Path(__file__).parent / "fixtures" / "sass" / "kb_loop_local_sm80.sass"
