@@ -1,4 +1,4 @@
-"""The CPU side of gpu.toolkit-bits: SASS normalisation, and what it does where no second build exists."""
+"""The CPU side of gpu.toolkit-bits and gpu.prefix-plans: SASS normalisation, parameters, and the skip without builds."""
 
 from __future__ import annotations
 
@@ -38,3 +38,16 @@ def test_only_pinned_builds_are_compared(monkeypatch) -> None:
     monkeypatch.setenv(toolkits.ALT_ENV, "/nonexistent")
     with pytest.raises(ValueError, match="compares two builds of a pin"):
         toolkits.toolkit_bits(toolkits.ToolkitParams(impl="sdpa-flash", phase="forward"), None)
+
+
+def test_prefix_plans_params_need_a_causal_self_attention_prefix() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from verifiers.gpu.plans import PrefixParams
+
+    ok = PrefixParams(impl="fa1-v1.0.9", seqlen_q=256, prefix=128, head_dim=64, causal=True)
+    assert ok.prefix == 128 and ok.min_cc == 90  # a pinned build is sm_90 unless the check says otherwise
+    for bad, why in (({"causal": False}, "causal"), ({"prefix": 256}, "prefix"), ({"seqlen_k": 512}, "seqlen_k")):
+        with pytest.raises(ValidationError, match=why):
+            PrefixParams(**{"impl": "fa1-v1.0.9", "seqlen_q": 256, "prefix": 128, "head_dim": 64, "causal": True, **bad})
