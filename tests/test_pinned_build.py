@@ -159,3 +159,11 @@ def test_fp8_runs_only_on_the_fa3_pin() -> None:
     rev = pinned_build.revision("fa3-2024-08")
     assert {"fwd:e4m3:128", "fwd:e4m3:256"} <= set(rev.default_units)
     assert rev.units["fwd:e4m3:256"] == "flash_fwd_hdim256_e4m3_sm90.cu"
+
+
+def test_a_unit_subset_is_refused_where_the_harness_links_every_unit() -> None:
+    from verifiers.pinned import build as B
+
+    for rev in ("fa1-v1.0.9", "fa3-2024-08"):
+        with pytest.raises(ValueError, match="links every default unit"):
+            B.build(rev, units=["fwd:bf16:128"], log=lambda *_: None, root=Path("/nonexistent"))

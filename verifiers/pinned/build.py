@@ -211,6 +211,11 @@ def build(name: str, units: list[str] | None = None, jobs: int = 2, log: Any = p
     for u in units:
         if u not in rev.units:
             raise KeyError(f"{name} has no unit {u!r}; known: {', '.join(sorted(rev.units))}")
+    # Only FA2's harness compiles in just the units named (-DKB_UNIT_*); FA1's and FA3's call every default
+    # unit's entry point, so a library of fewer units would link with undefined symbols and not load.
+    if rev.harness != "fa2_v200.cu" and set(units) != set(rev.default_units):
+        raise ValueError(f"{name}'s harness ({rev.harness}) links every default unit; build all of "
+                         f"{', '.join(rev.default_units)} (asked for {', '.join(units)})")
     clone, cut = pinned_clones()
     nvcc = "nvcc"
     compiler = _tool_version(nvcc)
