@@ -5,8 +5,9 @@ can give other results from the same pinned commit. The pinned build recipe (ver
 is run twice, by two toolkits, into two build roots: the baseline is the usual one ($KB_BUILD_CACHE, else
 .kb/build) and the second is named by the machine, not by claims data, in $KB_ALT_BUILD_CACHE (made with
 `PATH=<toolkit>/bin:$PATH KB_BUILD_CACHE=<root> python -m verifiers.pinned.build --rev R`, every default
-unit: FA1's and FA3's harnesses link them all). Each build runs in its own child process (ctypes cannot load two builds of one pin side by side), twice on inputs
-from the check's seed, and hands back its outputs and its manifest.
+unit: FA1's and FA3's harnesses link them all). Each build runs in its own child process (ctypes cannot
+load two builds of one pin side by side), twice on inputs from the check's seed, and hands back its outputs
+and its manifest.
 
 Measured: whether the two builds' compilers differ (a check with the same compiler on both sides is
 inconclusive, not evidence), whether each build repeats itself bitwise (if one does not, a difference
