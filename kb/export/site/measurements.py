@@ -24,7 +24,8 @@ from kb.export.site.data import SiteData, fmt_expect, fmt_value
 
 # The GPU verifiers whose runs hold measured figures, in the table's order.
 KINDS = ("gpu.benchmark", "gpu.probe", "gpu.ncu-metrics", "gpu.ncu-counters", "gpu.atomic-contention",
-         "gpu.carveout-residency", "gpu.kernel-run", "gpu.bitwise-repeat", "gpu.scratch-repeat")
+         "gpu.carveout-residency", "gpu.kernel-run", "gpu.bitwise-repeat", "gpu.scratch-repeat", "gpu.toolkit-bits",
+         "gpu.prefix-plans")
 PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 _ATTN_DEFAULTS = {"impl": "sdpa-flash", "batch": 2, "heads": 16, "seqlen_q": 1024, "head_dim": 128, "dtype": "bfloat16"}
 _PHASE_DEFAULT = {"gpu.benchmark": "forward", "gpu.ncu-metrics": "forward", "gpu.ncu-counters": "forward",
