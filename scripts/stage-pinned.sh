@@ -10,7 +10,9 @@
 #                                      /tmp/pins/, a ref at every pinned commit, and kb.local.toml naming them
 #                                      (other [clones] entries are kept).
 #   scripts/stage-pinned.sh --build    on the GPU host after --install: the three pins and the probes, built in
-#                                      parallel (python -m verifiers.pinned.build, 6 jobs each; ~5 min on 16 cores).
+#                                      parallel (python -m verifiers.pinned.build, 6 jobs each; ~5 min on 16 cores),
+#                                      FA1 with its packed-entry library (python -m verifiers.pinned.varlen);
+#                                      REVS="fa1-v1.0.9 probes" builds only those.
 #
 # `git archive SHA -- PATH` of a path inside the pack gives the same bytes as the full clone, and the gitlink
 # entries (the cutlass submodule commits) are part of the csrc/ trees. Pins come from verifiers/pinned/build.py
@@ -89,11 +91,17 @@ EOF
   py=${PY:-python3}
   export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
   start=$(date +%s); pids=()
-  for rev in fa1-v1.0.9 fa2-v2.0.0 fa3-2024-08 probes; do
-    "$py" -m verifiers.pinned.build --rev "$rev" -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
+  revs=${REVS:-fa1-v1.0.9 fa2-v2.0.0 fa3-2024-08 probes}
+  for rev in $revs; do
+    if [ "$rev" = fa1-v1.0.9 ]; then
+      # FA1's dense library, then the packed-entry library linked from the same unit objects.
+      "$py" -m verifiers.pinned.varlen -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
+    else
+      "$py" -m verifiers.pinned.build --rev "$rev" -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
+    fi
   done
   code=0; for pid in "${pids[@]}"; do wait "$pid" || code=1; done
-  for rev in fa1-v1.0.9 fa2-v2.0.0 fa3-2024-08 probes; do echo "== $rev"; tail -4 "/tmp/build-$rev.log"; done
+  for rev in $revs; do echo "== $rev"; tail -4 "/tmp/build-$rev.log"; done
   echo "stage-pinned: builds ended with $code after $(( $(date +%s) - start )) s"
   exit $code
   ;;

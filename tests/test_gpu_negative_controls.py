@@ -58,7 +58,9 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
              # gpu.scratch-repeat: a workspace that repeats, expected to give two results
              "neg.gpu.scratch-repeat",
              # gpu.prefix-plans: two sequence lengths that launch different plans, expected to launch one
-             "neg.gpu.prefix-plans"}
+             "neg.gpu.prefix-plans",
+             # gpu.varlen-rows (single runs on rotated inputs) and gpu.varlen-balance (an even packed batch)
+             "neg.gpu.varlen-rows", "neg.gpu.varlen-balance"}
     # gpu.toolkit-bits needs builds by a second toolkit, which a machine names in $KB_ALT_BUILD_CACHE
     kinds |= {"neg.gpu.toolkit-bits"} if os.environ.get("KB_ALT_BUILD_CACHE") else set()
     assert set(summary["refuted"]) == kinds, (summary["refuted"], summary.get("skips"), res.stderr[-3000:])
@@ -74,7 +76,7 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 22
+    assert len(rows) == 24
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows
 
 
