@@ -109,3 +109,14 @@ def test_the_packed_entry_compiles_against_the_pinned_headers(tmp_path: Path) ->
         assert f" T {fn}\n" in syms, fn
     # The pinned launchers come from the unit objects at link time, never from kb's code.
     assert " U _Z20run_fmha_fwd_hdim128R13Launch_paramsI17FMHA_fprop_paramsE\n" in syms
+
+
+@pytest.mark.parametrize(("value", "verdict"), [(2.3, "supports"), (1.1, "inconclusive")])
+def test_an_existential_balance_check_never_refutes(value: float, verdict: str) -> None:
+    from kb.registry import Context, Outcome
+
+    ctx = Context(claim={}, expect={"sm_active_max_over_avg": {"at_least": 1.25}}, sources={}, clones={}, hardware={})
+    out = gpu_varlen.judge_existential(Outcome(measurements={"sm_active_max_over_avg": (value, "x")}), ctx)
+    assert out.verdict == verdict, out.reason
+    if verdict == "inconclusive":
+        assert "not reached at this shape" in out.reason

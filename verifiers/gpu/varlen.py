@@ -14,7 +14,8 @@ rows, so its rows must differ.
 
 `gpu.varlen-balance` profiles the packed forward kernel under Nsight Compute (clock control off) and reads
 the busiest SM's active cycles over the mean over all SMs (idle ones included), for `lengths` and for
-`other_lengths`, with the split count each launch used.
+`other_lengths`, with the split count each launch used. With `existential`, an unmet expectation is
+inconclusive: one balanced batch does not show that imbalance cannot be significant.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class BalanceParams(VarlenParams):
     """The batch to profile and, optionally, a second batch profiled the same way (`other_lengths`)."""
 
     other_lengths: list[int] = []
+    # The statement says imbalance *can* be significant: a batch that stays under the bound does not refute
+    # it, so an unmet expectation reads inconclusive (the KB's cause `unreached`), never refuted.
+    existential: bool = False
 
     @field_validator("other_lengths")
     @classmethod
@@ -284,6 +288,21 @@ def varlen_balance(p: BalanceParams, ctx: Context) -> Outcome:
                                              "x (other over this)")})
     log = json.dumps({"this": {"lengths": p.lengths, **this},
                       "other": other and {"lengths": p.other_lengths, **other}}, indent=1)
-    return Outcome(measurements=meas, log=log, environment={"method": "ncu --clock-control none",
-                                                            "kernel": this["kernel"],
-                                                            "pinned_build": pinned_varlen.provenance()})
+    out = Outcome(measurements=meas, log=log, environment={"method": "ncu --clock-control none",
+                                                           "kernel": this["kernel"],
+                                                           "pinned_build": pinned_varlen.provenance()})
+    return judge_existential(out, ctx) if p.existential else out
+
+
+def judge_existential(out: Outcome, ctx: Context) -> Outcome:
+    """Judge the expectations; a miss is inconclusive, since the statement says the effect can occur."""
+    from kb.expect import judge
+    from kb.models import Comparison
+
+    verdict, reason = judge({k: v[0] for k, v in out.measurements.items()},
+                            {k: Comparison.model_validate(v) for k, v in ctx.expect.items()})
+    if verdict == "refutes":
+        verdict, reason = "inconclusive", (f"not reached at this shape ({reason}); one batch under the bound "
+                                           "does not show the effect cannot occur")
+    out.verdict, out.reason = verdict, reason
+    return out
