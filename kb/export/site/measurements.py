@@ -25,7 +25,7 @@ from kb.export.site.data import SiteData, fmt_expect, fmt_value
 # The GPU verifiers whose runs hold measured figures, in the table's order.
 KINDS = ("gpu.benchmark", "gpu.probe", "gpu.ncu-metrics", "gpu.ncu-counters", "gpu.atomic-contention",
          "gpu.carveout-residency", "gpu.kernel-run", "gpu.bitwise-repeat", "gpu.scratch-repeat", "gpu.toolkit-bits",
-         "gpu.prefix-plans")
+         "gpu.prefix-plans", "gpu.varlen-rows", "gpu.varlen-balance")
 PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 _ATTN_DEFAULTS = {"impl": "sdpa-flash", "batch": 2, "heads": 16, "seqlen_q": 1024, "head_dim": 128, "dtype": "bfloat16"}
 _PHASE_DEFAULT = {"gpu.benchmark": "forward", "gpu.ncu-metrics": "forward", "gpu.ncu-counters": "forward",
@@ -74,6 +74,9 @@ def _implementation(check: dict[str, Any], run: dict[str, Any]) -> tuple[str, st
             return "torch.matmul (cuBLAS)", f"torch {torch}"
         return f"kb probe kernel ({p.get('probe')})", f"CUDA {env.get('cuda') or env.get('torch_cuda') or '?'}"
     impl = p.get("impl", _ATTN_DEFAULTS["impl"])
+    if check["verifier"].startswith("gpu.varlen-"):  # kb's packed entry to the FA1 pin (its own library)
+        sha = str((env.get("pinned_build") or {}).get("source_sha") or "")
+        return "fa1-v1.0.9 (packed entry)", f"flash-attention v1.0.9 @ {sha[:12]}" if sha else "flash-attention v1.0.9"
     if impl in PINNED_IMPLS:
         build = env.get("pinned_build") or {}
         sha = str(build.get("source_sha") or "")
@@ -95,6 +98,12 @@ def _shape(check: dict[str, Any]) -> str:
         if probe == "atomic":
             return f"grid {d['grid']} × block {d['block']}"
         return "mma.sync m16n8k16"
+    if check["verifier"].startswith("gpu.varlen-"):
+        ns = p.get("lengths") or [0]
+        other = p.get("other_lengths")
+        vs = f" vs {len(other)} of {min(other)}–{max(other)}" if other else ""
+        return (f"{len(ns)} sequences of {min(ns)}–{max(ns)} rows ({sum(ns)} in all){vs} · H {p.get('heads', 8)}"
+                f" · d {p.get('head_dim', 128)}")
     d = {**_ATTN_DEFAULTS, **p}
     heads = f"{d['heads']}/{d['heads_kv']}" if d.get("heads_kv") else str(d["heads"])
     nk = f"×{d['seqlen_k']}" if d.get("seqlen_k") not in (None, d["seqlen_q"]) else ""
@@ -109,7 +118,7 @@ def _dtype(check: dict[str, Any]) -> str:
     p = check.get("params") or {}
     if check["verifier"] == "gpu.probe" and p.get("probe") in ("smid", "atomic"):
         return "int32/fp32" if p.get("probe") == "atomic" else "—"
-    dt = p.get("dtype", "bfloat16")
+    dt = p.get("dtype", "float16" if check["verifier"].startswith("gpu.varlen-") else "bfloat16")
     return _DTYPES.get(dt, str(dt))
 
 
