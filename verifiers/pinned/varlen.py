@@ -8,7 +8,8 @@ into `.kb/build/pinned/fa1-v1.0.9-varlen/<key>/libkb.so`, so the dense library, 
 load it stay as they are. Builds are reproducible like the dense ones (compiled from the fixed stage folder).
 
 `python -m verifiers.pinned.varlen` builds it (any machine with nvcc and the clones; the dense build's unit
-objects are compiled first when missing).
+objects are compiled first when missing); `--check-reproducible` rebuilds it from scratch in a second folder and
+compares the library's sha256 with the recorded one.
 """
 
 from __future__ import annotations
@@ -147,13 +148,42 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.varlen", description=__doc__.split("\n\n")[0])
     ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
+    ap.add_argument("--check-reproducible", action="store_true",
+                    help="rebuild the current build from scratch in a new temporary directory and compare its library "
+                         "sha256 with the recorded one (exit 1 if it differs)")
     args = ap.parse_args(argv)
     try:
-        build(args.jobs)
+        if not args.check_reproducible:
+            build(args.jobs)
+            return 0
+        report = check_reproducible(args.jobs)
     except (KeyError, FileNotFoundError, RuntimeError) as e:
         print(f"varlen build: {e}", file=sys.stderr)
         return 2
-    return 0
+    print(json.dumps(report, indent=1))
+    ok = report["reproduced"] and not report["build_paths_in_library"]
+    print(f"{NAME}: {'REPRODUCED' if ok else 'NOT REPRODUCED'} {report['rebuilt_library_sha256']} "
+          f"(recorded {report['recorded_library_sha256']})", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def check_reproducible(jobs: int = 2) -> dict[str, Any]:
+    """Rebuild the recorded packed-entry build (and its dense build's objects) in a new folder; compare bytes."""
+    import shutil
+    import tempfile
+
+    folder = pinned_build.build_root() / NAME
+    if not (folder / "current").exists():
+        raise FileNotFoundError(f"no recorded build of {NAME} under {folder}: run `python -m verifiers.pinned.varlen`")
+    first = folder / (folder / "current").read_text().strip()
+    second = Path(tempfile.mkdtemp(prefix="kb-repro-varlen-"))
+    out = build(jobs, log=lambda m: print(m, file=sys.stderr), root=second / "pinned")
+    report = pinned_build.compare_builds(first, out, [str(HERE.parents[1]), str(pinned_build.build_root().parent),
+                                                      str(second)])
+    if report["reproduced"] and not report["build_paths_in_library"]:
+        shutil.rmtree(second, ignore_errors=True)
+        report["rebuilt"] = "(removed)"
+    return report
 
 
 if __name__ == "__main__":
