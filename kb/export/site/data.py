@@ -64,9 +64,9 @@ def load_site(db: sqlite_utils.Database) -> SiteData:
     claims: list[dict[str, Any]] = []
     classes: set[str] = set()
     cited: Counter[str] = Counter()
-    for r in db.query("SELECT id, file, line, json FROM claims ORDER BY id"):
+    for r in db.query("SELECT id, file, line, content_hash, json FROM claims ORDER BY id"):
         c = json.loads(r["json"])
-        c["file"], c["line"] = r["file"], r["line"]
+        c["file"], c["line"], c["content_hash"] = r["file"], r["line"], r["content_hash"]
         st = status.get(c["id"], {})
         c["overall"] = st.get(OVERALL) or {"status": "unverified", "reason": "no status derived", "run_ids": [],
                                            "strength": "none"}

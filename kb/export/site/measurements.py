@@ -102,8 +102,9 @@ def _shape(check: dict[str, Any]) -> str:
         ns = p.get("lengths") or [0]
         other = p.get("other_lengths")
         vs = f" vs {len(other)} of {min(other)}–{max(other)}" if other else ""
-        return (f"{len(ns)} sequences of {min(ns)}–{max(ns)} rows ({sum(ns)} in all){vs} · H {p.get('heads', 8)}"
-                f" · d {p.get('head_dim', 128)}")
+        seqs = f"1 sequence of {ns[0]} rows" if len(ns) == 1 else \
+            f"{len(ns)} sequences of {min(ns)}–{max(ns)} rows ({sum(ns)} in all)"
+        return f"{seqs}{vs} · H {p.get('heads', 8)} · d {p.get('head_dim', 128)}"
     d = {**_ATTN_DEFAULTS, **p}
     heads = f"{d['heads']}/{d['heads_kv']}" if d.get("heads_kv") else str(d["heads"])
     nk = f"×{d['seqlen_k']}" if d.get("seqlen_k") not in (None, d["seqlen_q"]) else ""
@@ -211,8 +212,11 @@ def measurement_rows(data: SiteData) -> list[dict[str, Any]]:
         for i, check in enumerate(c.get("checks") or []):
             if check.get("verifier") not in KINDS:
                 continue
+            # Runs under the claim's current content only (as the status takes them): a run made before a scope or
+            # statement edit is history, even with the same parameters and expectation.
             current = [r for r in c["runs"] if r.get("check_index") == i and r.get("verifier") == check["verifier"]
                        and r.get("params") == check.get("params") and (r.get("expect") or {}) == (check.get("expect") or {})
+                       and r.get("claim_hash") in (None, c.get("content_hash"))
                        and r.get("verdict") in DECIDED and r.get("hardware_class") != "cpu"]
             for hw in sorted({r["hardware_class"] for r in current}):
                 runs = [r for r in current if r["hardware_class"] == hw]  # newest first, as load_site orders them
