@@ -146,6 +146,27 @@ def test_csv_holds_the_same_rows(corpus: dict[str, Any]) -> None:
     assert not [v for r in rows for k, v in r.items() if k != "median" and re.match(r"[=+@]", v or "")]
 
 
+def test_batches_are_the_runs_under_the_claims_current_content(corpus: dict[str, Any]) -> None:
+    """A run made before the claim's scope or statement changed is history: the page does not count it as a batch."""
+    from kb.records.loader import load_corpus
+
+    current = {cid: c.content_hash() for cid, c in load_corpus(ROOT).claims.items()}
+    rows = list(csv.DictReader(io.StringIO(corpus["csv"])))
+    runs = _evidence_runs()
+    checks = _claim_checks()
+    history_seen = False
+    for row in rows:
+        ch = checks[row["claim"]][int(row["check"])]
+        same = [r for r in runs if r["claim_id"] == row["claim"] and r["check_index"] == int(row["check"])
+                and r["hardware_class"] == row["hardware"] and r["verifier"] == ch["verifier"]
+                and r["params"] == (ch.get("params") or {}) and r["expect"] == (ch.get("expect") or {})
+                and r["verdict"] in DECIDED]
+        mine = [r for r in same if r.get("claim_hash") in (None, current[row["claim"]])]
+        history_seen |= len(mine) < len(same)
+        assert int(row["batches"]) == len(mine), (row["claim"], row["check"], row["figure"])
+    assert history_seen  # the corpus holds such runs (fa1.causal.residual-imbalance's first H100 batch, say)
+
+
 def test_rows_carry_pin_spread_band_and_direction(corpus: dict[str, Any]) -> None:
     page = _parse(corpus["html"])
     tflops = [r for r in page.rows if r["figure"] == "tflops" and r["kind"] == "benchmark"]
