@@ -88,22 +88,8 @@ def _clones() -> tuple[str, str] | None:
 @pytest.mark.skipif(not shutil.which("nvcc") or _clones() is None,
                     reason="needs nvcc and the flash-attention and cutlass clones (kb sources fetch)")
 def test_the_packed_entry_compiles_against_the_pinned_headers(tmp_path: Path) -> None:
-    from verifiers.pinned import aten_shim, repro
-    from verifiers.pinned.compiled import _materialise, gitlink
-
-    clone, cut = pinned_build.pinned_clones()
-    rev = pinned_build.revision(pinned_varlen.BASE)
-    stage = repro.stage_root()
-    tree = _materialise(clone, rev.sha, list(rev.tree_dirs), stage)
-    cut_tree = _materialise(cut, gitlink(clone, rev.sha, rev.cutlass_path), list(rev.cutlass_dirs), stage)
-    harness = repro.stage_files("harness", {n: (pinned_varlen.HERE / "harness" / n).read_bytes()
-                                            for n in pinned_varlen._SOURCES})
-    shim = repro.stage_files("aten-shim", {n: t.encode() for n, t in aten_shim.FILES.items()})
-    incs = [f"-I{shim}", f"-I{harness}", f"-I{tree / rev.src_dir}", *[f"-I{cut_tree / d}" for d in rev.cutlass_dirs],
-            *[f"-I{tree / d}" for d in rev.extra_includes]]
     obj = tmp_path / "entry.o"
-    repro.compile_object("nvcc", ["-gencode", rev.gencode, *rev.flags, "-Xcompiler", "-fPIC", *incs],
-                         harness / "fa1_v109_varlen.cu", obj)
+    pinned_varlen.compile_entry(obj)
     syms = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
     for fn in ("kb_varlen_fwd", "kb_varlen_workspace", "kb_fwd", "kb_last_error"):
         assert f" T {fn}\n" in syms, fn

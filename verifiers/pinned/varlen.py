@@ -41,10 +41,31 @@ def harness_digest() -> str:
     return h.hexdigest()
 
 
+def compile_entry(obj: Path, defines: list[str] | None = None) -> None:
+    """Compile the packed entry (with the dense harness it includes) to `obj`, from the fixed stage folder.
+
+    The flags and include set are the dense build's: the pin's tree and cutlass at its submodule commit, kb's
+    ATen stand-ins, the harness sources.
+    """
+    from verifiers.pinned import aten_shim, repro
+    from verifiers.pinned.compiled import _materialise, gitlink
+
+    clone, cut = pinned_build.pinned_clones()
+    rev = pinned_build.revision(BASE)
+    stage = repro.stage_root()
+    tree = _materialise(clone, rev.sha, list(rev.tree_dirs), stage)
+    cut_tree = _materialise(cut, gitlink(clone, rev.sha, rev.cutlass_path), list(rev.cutlass_dirs), stage)
+    harness = repro.stage_files("harness", {n: (HERE / "harness" / n).read_bytes() for n in _SOURCES})
+    shim = repro.stage_files("aten-shim", {n: t.encode() for n, t in aten_shim.FILES.items()})
+    incs = [f"-I{shim}", f"-I{harness}", f"-I{tree / rev.src_dir}", *[f"-I{cut_tree / d}" for d in rev.cutlass_dirs],
+            *[f"-I{tree / d}" for d in rev.extra_includes]]
+    repro.compile_object("nvcc", ["-gencode", rev.gencode, *rev.flags, "-Xcompiler", "-fPIC", *incs, *(defines or [])],
+                         harness / "fa1_v109_varlen.cu", obj)
+
+
 def build(jobs: int = 2, log: Any = print, root: Path | None = None) -> Path:
     """Build (or find cached) the packed-entry library; returns its folder (libkb.so + manifest.json)."""
     from verifiers.pinned import aten_shim, repro
-    from verifiers.pinned.compiled import _materialise
 
     root = root or pinned_build.build_root()
     rev = pinned_build.revision(BASE)
@@ -58,23 +79,13 @@ def build(jobs: int = 2, log: Any = print, root: Path | None = None) -> Path:
         pinned_build._point_current(root / NAME, key)
         return out
     out.mkdir(parents=True, exist_ok=True)
-    clone, cut = pinned_build.pinned_clones()
-    stage = repro.stage_root()
-    tree = _materialise(clone, rev.sha, list(rev.tree_dirs), stage)
-    cut_tree = _materialise(cut, dm["cutlass"]["commit"], list(rev.cutlass_dirs), stage)
-    harness = repro.stage_files("harness", {n: (HERE / "harness" / n).read_bytes() for n in _SOURCES})
-    shim = repro.stage_files("aten-shim", {n: t.encode() for n, t in aten_shim.FILES.items()})
-    incs = [f"-I{shim}", f"-I{harness}", f"-I{tree / rev.src_dir}", *[f"-I{cut_tree / d}" for d in rev.cutlass_dirs],
-            *[f"-I{tree / d}" for d in rev.extra_includes]]
-    defines = [f"-DKB_UNIT_{u.replace(':', '_')}" for u in sorted(dm["units"])]
     t0 = time.time()
-    repro.compile_object("nvcc", ["-gencode", rev.gencode, *rev.flags, "-Xcompiler", "-fPIC", *incs, *defines],
-                         harness / "fa1_v109_varlen.cu", out / "harness.o")
+    compile_entry(out / "harness.o", [f"-DKB_UNIT_{u.replace(':', '_')}" for u in sorted(dm["units"])])
     objects = root / "objects"
     objs = [str(objects / f"{dm['object_keys'][f]}.o") for f in files] + [str(out / "harness.o")]
     lib = out / "libkb.so"
     res = subprocess.run(["nvcc", "-shared", "-gencode", rev.gencode, "-o", str(lib), *objs, "--cudart", "shared",
-                          *repro.LINK_FLAGS], capture_output=True, text=True, timeout=600, cwd=stage,
+                          *repro.LINK_FLAGS], capture_output=True, text=True, timeout=600, cwd=repro.stage_root(),
                          env=repro.compile_env())
     if res.returncode != 0:
         raise RuntimeError(f"link of the packed-entry library failed: {res.stderr[-2000:]}")
