@@ -9,8 +9,9 @@
 #   scripts/stage-pinned.sh --install  on the GPU host, from the checkout's root: a bare repository per pack under
 #                                      /tmp/pins/, a ref at every pinned commit, and kb.local.toml naming them
 #                                      (other [clones] entries are kept).
-#   scripts/stage-pinned.sh --build    on the GPU host after --install: the three pins and the probes, built in
-#                                      parallel (python -m verifiers.pinned.build, 6 jobs each; ~5 min on 16 cores),
+#   scripts/stage-pinned.sh --build    on the GPU host after --install: the three pins, the large-d pin's forward
+#                                      (verifiers/pinned/larged.py) and the probes, built in parallel
+#                                      (python -m verifiers.pinned.build, 6 jobs each; ~5 min on 16 cores),
 #                                      FA1 with its packed-entry library (python -m verifiers.pinned.varlen);
 #                                      REVS="fa1-v1.0.9 probes" builds only those.
 #
@@ -91,7 +92,7 @@ EOF
   py=${PY:-python3}
   export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
   start=$(date +%s); pids=()
-  revs=${REVS:-fa1-v1.0.9 fa2-v2.0.0 fa3-2024-08 probes}
+  revs=${REVS:-fa1-v1.0.9 fa2-v2.0.0 fa3-2024-08 fa3-larged-2026-08 probes}
   for rev in $revs; do
     if [ "$rev" = fa1-v1.0.9 ]; then
       # FA1's dense library, then the packed-entry library linked from the same unit objects.

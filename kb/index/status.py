@@ -235,7 +235,8 @@ def _summary(entries: list[Mapping[str, Any]], prefix: str) -> str:
 # Verifiers whose verdict is a measurement of the machine (a rate against a band, a count of distinct results):
 # decided over every batch of runs on record, not by the latest one alone.
 BATCH_VERIFIERS = frozenset({"gpu.benchmark", "gpu.probe", "gpu.bitwise-repeat", "gpu.ncu-metrics", "gpu.ncu-counters",
-                             "gpu.atomic-contention", "gpu.scratch-repeat", "gpu.varlen-rows", "gpu.varlen-balance"})
+                             "gpu.atomic-contention", "gpu.scratch-repeat", "gpu.varlen-rows", "gpu.varlen-balance",
+                             "gpu.larged-fwd", "gpu.larged-profile"})
 
 
 def current_batches(claim: Claim, run: Run, batches: Mapping[tuple[str, int, str], list[Run]],
