@@ -67,7 +67,6 @@ def test_pinned_checks_are_planned_for_sm90_only() -> None:
     assert requirements_for(spec, {"impl": "sdpa-flash"}).max_cc is None
     assert requirements_for(spec, {"impl": "fa2-v2.0.0", "max_cc": 100}).max_cc == 100  # a check may widen it
     from verifiers.gpu.params import PINNED_IMPLS
-
     from verifiers.pinned import larged
 
     # Every pinned impl has a build, and no build is unused: the large-d pin's build is driven by gpu.larged-*
