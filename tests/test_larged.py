@@ -136,3 +136,21 @@ def test_metrics_are_chosen_by_what_the_installed_ncu_lists() -> None:
     assert chosen["tensor_util_pct"] == gpu_larged.ROLES["tensor_util_pct"][0]
     with pytest.raises(ValueError, match="smem_st_bytes"):
         gpu_larged.choose_metrics(listed - {n.split(".")[0] for n in gpu_larged.ROLES["smem_st_bytes"]})
+
+
+def test_every_stsm_of_a_build_here_stores_512_bytes_per_warp() -> None:
+    """gpu.larged-profile counts 512 bytes per warp-level STSM: true only while the build's STSMs are all .M88.4."""
+    import re
+    import subprocess
+
+    from kb.verify.hw import find_tool
+
+    folder = pinned_build.build_root() / pinned_larged.NAME
+    tool = find_tool("cuobjdump")
+    if not (folder / "current").exists() or not tool:
+        pytest.skip(f"needs a build of {pinned_larged.NAME} here and cuobjdump")
+    lib = folder / (folder / "current").read_text().strip() / "libkb.so"
+    sass = subprocess.run([tool, "-sass", str(lib)], capture_output=True, text=True, check=True).stdout
+    forms = set(re.findall(r"\bSTSM(?:\.[A-Z0-9]+)*", sass))
+    assert forms == {"STSM.16.M88.4"}, forms
+    assert gpu_larged.STSM_BYTES == 4 * 8 * 8 * 2 == 512
