@@ -523,6 +523,33 @@ def check_reproducible(name: str, jobs: int = 2, into: Path | None = None, log: 
     return report
 
 
+def library_main(argv: list[str] | None, prog: str, doc: str, name: str, build_fn: Any, check_fn: Any) -> int:
+    """The command line of a library built beside the table above (verifiers/pinned/varlen.py, larged.py).
+
+    Without options: `build_fn(jobs)`. With --check-reproducible: `check_fn(jobs)`, a compare_builds report,
+    printed as JSON; exit 1 when the rebuild's bytes differ or hold a build path, 2 on a build error.
+    """
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
+    ap.add_argument("--check-reproducible", action="store_true",
+                    help="rebuild the current build from scratch in a new temporary directory and compare its library "
+                         "sha256 with the recorded one (exit 1 if it differs)")
+    args = ap.parse_args(argv)
+    try:
+        if not args.check_reproducible:
+            build_fn(args.jobs)
+            return 0
+        report = check_fn(args.jobs)
+    except (KeyError, FileNotFoundError, RuntimeError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=1))
+    ok = report["reproduced"] and not report["build_paths_in_library"]
+    print(f"{name}: {'REPRODUCED' if ok else 'NOT REPRODUCED'} {report['rebuilt_library_sha256']} "
+          f"(recorded {report['recorded_library_sha256']})", file=sys.stderr)
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: build the named revisions (default: all) with their default units, or check one reproduces."""
     ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.build", description=__doc__.split("\n\n")[0])

@@ -72,27 +72,9 @@ def provenance() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: build the library, or check that it reproduces."""
-    import argparse
-    import json
-
-    ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.larged", description=__doc__.split("\n\n")[0])
-    ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
-    ap.add_argument("--check-reproducible", action="store_true",
-                    help="rebuild the current build from scratch in a new temporary directory and compare its library "
-                         "sha256 with the recorded one (exit 1 if it differs)")
-    args = ap.parse_args(argv)
-    try:
-        if not args.check_reproducible:
-            build(args.jobs)
-            return 0
-        report = pinned_build.check_reproducible(NAME, args.jobs, log=lambda m: print(m, file=sys.stderr))
-    except (KeyError, FileNotFoundError, RuntimeError) as e:
-        print(f"large-d build: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=1))
-    ok = report["reproduced"] and not report["build_paths_in_library"]
-    print(f"{NAME}: {'REPRODUCED' if ok else 'NOT REPRODUCED'} {report['rebuilt_library_sha256']}", file=sys.stderr)
-    return 0 if ok else 1
+    return pinned_build.library_main(
+        argv, "python -m verifiers.pinned.larged", __doc__, NAME, build,
+        lambda jobs: pinned_build.check_reproducible(NAME, jobs, log=lambda m: print(m, file=sys.stderr)))
 
 
 if __name__ == "__main__":

@@ -155,27 +155,7 @@ def provenance() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: build the packed-entry library (and the dense build's unit objects first when missing)."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.varlen", description=__doc__.split("\n\n")[0])
-    ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
-    ap.add_argument("--check-reproducible", action="store_true",
-                    help="rebuild the current build from scratch in a new temporary directory and compare its library "
-                         "sha256 with the recorded one (exit 1 if it differs)")
-    args = ap.parse_args(argv)
-    try:
-        if not args.check_reproducible:
-            build(args.jobs)
-            return 0
-        report = check_reproducible(args.jobs)
-    except (KeyError, FileNotFoundError, RuntimeError) as e:
-        print(f"varlen build: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=1))
-    ok = report["reproduced"] and not report["build_paths_in_library"]
-    print(f"{NAME}: {'REPRODUCED' if ok else 'NOT REPRODUCED'} {report['rebuilt_library_sha256']} "
-          f"(recorded {report['recorded_library_sha256']})", file=sys.stderr)
-    return 0 if ok else 1
+    return pinned_build.library_main(argv, "python -m verifiers.pinned.varlen", __doc__, NAME, build, check_reproducible)
 
 
 def check_reproducible(jobs: int = 2) -> dict[str, Any]:
