@@ -62,7 +62,9 @@ def test_false_expectations_refute_on_gpu(tmp_path: Path) -> None:
              # gpu.varlen-rows (single runs on rotated inputs) and gpu.varlen-balance (an even packed batch)
              "neg.gpu.varlen-rows", "neg.gpu.varlen-balance",
              # gpu.larged-fwd (a reference without one K/V tile) and gpu.larged-profile (P kept out of SMEM)
-             "neg.gpu.larged-fwd", "neg.gpu.larged-profile"}
+             "neg.gpu.larged-fwd", "neg.gpu.larged-profile",
+             # gpu.device-props: a memory bound no lent card meets
+             "neg.gpu.device-props"}
     # gpu.toolkit-bits needs builds by a second toolkit, which a machine names in $KB_ALT_BUILD_CACHE
     kinds |= {"neg.gpu.toolkit-bits"} if os.environ.get("KB_ALT_BUILD_CACHE") else set()
     assert set(summary["refuted"]) == kinds, (summary["refuted"], summary.get("skips"), res.stderr[-3000:])
@@ -78,7 +80,7 @@ def test_gpu_claims_skip_with_reason_without_gpu(tmp_path: Path) -> None:
     finally:
         os.environ.pop("KB_FAKE_NO_GPU")
     rows = json.loads(res.stdout)
-    assert len(rows) == 26
+    assert len(rows) == 27
     assert all(r["action"] == "skip" and "this machine has no GPU" in r["why"] for r in rows), rows
 
 
