@@ -236,7 +236,7 @@ def _summary(entries: list[Mapping[str, Any]], prefix: str) -> str:
 # decided over every batch of runs on record, not by the latest one alone.
 BATCH_VERIFIERS = frozenset({"gpu.benchmark", "gpu.probe", "gpu.bitwise-repeat", "gpu.ncu-metrics", "gpu.ncu-counters",
                              "gpu.atomic-contention", "gpu.scratch-repeat", "gpu.varlen-rows", "gpu.varlen-balance",
-                             "gpu.larged-fwd", "gpu.larged-profile"})
+                             "gpu.larged-fwd", "gpu.larged-profile", "gpu.variant-benchmark"})
 
 
 def current_batches(claim: Claim, run: Run, batches: Mapping[tuple[str, int, str], list[Run]],

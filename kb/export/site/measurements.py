@@ -25,7 +25,8 @@ from kb.export.site.data import SiteData, fmt_expect, fmt_value
 # The GPU verifiers whose runs hold measured figures, in the table's order.
 KINDS = ("gpu.benchmark", "gpu.probe", "gpu.ncu-metrics", "gpu.ncu-counters", "gpu.atomic-contention",
          "gpu.carveout-residency", "gpu.kernel-run", "gpu.bitwise-repeat", "gpu.scratch-repeat", "gpu.toolkit-bits",
-         "gpu.prefix-plans", "gpu.varlen-rows", "gpu.varlen-balance", "gpu.larged-fwd", "gpu.larged-profile")
+         "gpu.prefix-plans", "gpu.varlen-rows", "gpu.varlen-balance", "gpu.larged-fwd", "gpu.larged-profile",
+         "gpu.variant-benchmark", "gpu.device-props")
 PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 _ATTN_DEFAULTS = {"impl": "sdpa-flash", "batch": 2, "heads": 16, "seqlen_q": 1024, "head_dim": 128, "dtype": "bfloat16"}
 _PHASE_DEFAULT = {"gpu.benchmark": "forward", "gpu.ncu-metrics": "forward", "gpu.ncu-counters": "forward",
@@ -82,6 +83,12 @@ def _implementation(check: dict[str, Any], run: dict[str, Any]) -> tuple[str, st
         what = "large-d pin, hdim64/512 and d128" if check["verifier"] == "gpu.larged-profile" else \
             f"large-d pin, {'hdim64/512' if p.get('config', '64x512') == '64x512' else 'd128'}"
         return what, f"flash-attention large-d-2026-08-06 @ {sha[:12]}" if sha else "flash-attention large-d-2026-08-06"
+    if check["verifier"] == "gpu.variant-benchmark":  # a pin against kb's edited build of it
+        sha = str((env.get("base_build") or {}).get("source_sha") or "")
+        base = p.get("base", "fa3-2024-08")
+        return f"{base} vs kb variant {p.get('variant')}", f"flash-attention {base} @ {sha[:12]}" if sha else base
+    if check["verifier"] == "gpu.device-props":
+        return "the card itself", str(env.get("device_name") or "?")
     if impl in PINNED_IMPLS:
         build = env.get("pinned_build") or {}
         sha = str(build.get("source_sha") or "")
@@ -115,6 +122,11 @@ def _shape(check: dict[str, Any]) -> str:
         d = {"batch": 4 if big else 2, "heads": 16 if big else 8, "seqlen_q": 4096 if big else 512,
              "seqlen_k": 4096 if big else 512, **p}
         return f"B {d['batch']} · H {d['heads']} · N {d['seqlen_q']}×{d['seqlen_k']}"
+    if check["verifier"] == "gpu.variant-benchmark":
+        d = {"batch": 2, "heads": 16, "seqlen": 8192, "head_dim": 128, **p}
+        return f"B {d['batch']} · H {d['heads']} · N {d['seqlen']} · d {d['head_dim']}"
+    if check["verifier"] == "gpu.device-props":
+        return "—"
     d = {**_ATTN_DEFAULTS, **p}
     heads = f"{d['heads']}/{d['heads_kv']}" if d.get("heads_kv") else str(d["heads"])
     nk = f"×{d['seqlen_k']}" if d.get("seqlen_k") not in (None, d["seqlen_q"]) else ""
