@@ -4,6 +4,7 @@ match once, a derived commit that is the same on every machine and differs from 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -29,9 +30,12 @@ def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sha_recorded: str = 
     base = dataclasses.replace(pinned_build.revision("fa3-2024-08"), name="test-base", sha=base_sha)
     monkeypatch.setitem(pinned_build.REVISIONS, "test-base", base)
     monkeypatch.setenv("KB_BUILD_CACHE", str(tmp_path / "build"))
+    line = HEADER.split("\n")[5]
     v = variants.Variant(name="test-base-nobar", base="test-base", about="test", sha=sha_recorded, edits=(
-        variants.Edit(path="src/mainloop.hpp", old="                   : kHeadDim <= 128;",
-                      new="                   : false;", why="no barrier for 16-bit types"),))
+        variants.Edit("src/mainloop.hpp", 6, hashlib.sha256(line.encode()).hexdigest(), "replace",
+                      "                   : false;", "no barrier for 16-bit types"),
+        variants.Edit("src/mainloop.hpp", 2, hashlib.sha256(HEADER.split("\n")[1].encode()).hexdigest(),
+                      "insert_after", "// kb: inserted", "an inserted line")))
     return repo, base_sha, v
 
 
@@ -53,19 +57,20 @@ def test_derived_commit_is_recorded_reproducible_and_edits_only_the_named_file(t
     text = subprocess.run(["git", f"--git-dir={kb_repo}", "show", f"{derived}:src/mainloop.hpp"],
                           capture_output=True, text=True, check=True).stdout
     assert ": false;" in text and "kHeadDim <= 128" not in text and "kHeadDim >= 128" in text
+    assert text.split("\n")[2] == "// kb: inserted" and len(text.split("\n")) == len(HEADER.split("\n")) + 1
     # the clone itself was not written to: the derived commit lives only in kb's repository
     assert subprocess.run(["git", "-C", str(repo), "cat-file", "-e", derived], capture_output=True).returncode != 0
     assert git(repo, "rev-parse", "HEAD") == base_sha
 
 
-def test_an_edit_that_does_not_match_exactly_once_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_edit_whose_line_drifted_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo, _, v = _setup(tmp_path, monkeypatch)
-    drifted = dataclasses.replace(v, edits=(dataclasses.replace(v.edits[0], old="kHeadDim <= 64;"),))
-    with pytest.raises(ValueError, match="occurs 0 times"):
+    drifted = dataclasses.replace(v, edits=(dataclasses.replace(v.edits[0], line=5),))  # the line above it
+    with pytest.raises(ValueError, match=r"mainloop\.hpp:5: the line hashes"):
         variants.derive(drifted, str(repo))
-    twice = variants.Edit(path="x", old="a", new="b", why="")
-    with pytest.raises(ValueError, match="occurs 2 times"):
-        variants.apply_edits("a a", [twice], "x")
+    gone = dataclasses.replace(v, edits=(dataclasses.replace(v.edits[0], line=99),))
+    with pytest.raises(ValueError, match="no such line"):
+        variants.derive(gone, str(repo))
 
 
 def test_variants_register_as_revisions_of_their_base() -> None:

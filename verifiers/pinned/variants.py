@@ -1,10 +1,11 @@
 """kb's variants of a pinned build: the pinned tree with named edits, built exactly as the pin is.
 
 A claim about what a compile-time switch buys (the FA3 paper's pingpong ablation, for one) needs a build the
-pin does not make: the pinned kernel with the switch turned the other way. A variant is a base revision of
-build.py's table and a list of edits, each an exact text that must occur once in the named file at the pinned
-commit, the text kb puts in its place, and why. Nothing else changes: units, flags, cutlass commit and harness
-are the base revision's.
+pin does not make: the pinned kernel with the switch turned the other way, or with kb's trace records in its
+loop. A variant is a base revision of build.py's table and a list of edits, each naming a line of a pinned
+file by number and by the sha256 of its text at the pinned commit (the pinned text is not copied into kb),
+what to do there (replace it, or insert after it) and kb's own text, and why. Nothing else changes: units,
+flags, cutlass commit and harness are the base revision's.
 
 How it is built without touching the clone or build.py:
 
@@ -14,7 +15,7 @@ How it is built without touching the clone or build.py:
   machine; it is recorded here (`Variant.sha`) and `derive()` refuses a result that differs.
 - `build()` points KB_CLONE_FLASH_ATTENTION at that repository for the call and runs build.build on the
   variant's Revision (the base's, under the variant's name and the derived SHA), then adds to the manifest
-  what the variant is: base revision and SHA, every edit (file, the replaced text's sha256, the new text,
+  what the variant is: base revision and SHA, every edit (file, line, the line's sha256, action, kb's text,
   why). The manifest's `pinned_sources` says the sources are the pin with kb's edits.
 
 Variants register in build.REVISIONS when this module is imported (the registry imports every verifier
@@ -34,18 +35,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from verifiers.pinned import build as pinned_build
 
 
 @dataclasses.dataclass(frozen=True)
 class Edit:
-    """One replacement in one pinned file: `old` must occur exactly once at the base commit."""
+    """One change at one line of one pinned file, named by its number and the sha256 of its text at the base
+    commit (the pinned text itself is not copied here): `replace` it with `text`, or `insert_after` it."""
 
     path: str
-    old: str
-    new: str
+    line: int
+    sha256: str
+    action: Literal["replace", "insert_after"]
+    text: str
     why: str
 
 
@@ -60,18 +64,84 @@ class Variant:
     about: str
 
 
+_ML = "hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp"
+# UseSchedulerBarrier's 16-bit branch (FP8 keeps the pinned rule).
+NOSCHED = (Edit(_ML, 147, "c8bd9c08f6891c1a280c269d1aafd0a59afc631ce2f723645394f04130dd89ef", "replace",
+                "                                             : false;  // kb variant: no warp-scheduler barrier",
+                "UseSchedulerBarrier decides whether warp_scheduler_barrier_sync/arrive and mma_init's initial arrives "
+                "compile in; false for 16-bit types removes the inter-warpgroup pingpong and nothing else"),)
+
+_TRACE_HELPERS = """// kb trace instrumentation (kb's variant, verifiers/pinned/variants.py). With a buffer set by kb_trace_set
+// (in the fp16 d128 unit) the first thread of each consumer warpgroup records, at named points of the
+// steady-state mainloop, (clock64, event << 48 | smid << 32 | m_block) into its own slots: no atomics, no
+// shared memory. Without a buffer nothing is written.
+static __device__ unsigned long long* kb_trace_buf = nullptr;
+static __device__ int kb_trace_ctas = 0;
+static __device__ int kb_trace_tiles = 0;
+static __device__ int kb_trace_events = 0;
+__device__ __forceinline__ void kb_trace_record(int& k, int ev, int work_idx, int m_block) {
+    if ((threadIdx.x % 128) != 0) { return; }
+    unsigned long long* buf = kb_trace_buf;
+    int const wg = int(threadIdx.x / 128) - 1;  // consumer warpgroup 0 or 1 (warpgroup 0 produces)
+    if (buf == nullptr || wg < 0 || work_idx >= kb_trace_tiles || k >= kb_trace_events) { ++k; return; }
+    unsigned long long const cta =
+        blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+    if (cta >= (unsigned long long)kb_trace_ctas) { ++k; return; }
+    unsigned int smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    unsigned long long const slot = ((cta * 2 + wg) * kb_trace_tiles + work_idx) * kb_trace_events + k;
+    buf[2 * slot] = clock64();
+    buf[2 * slot + 1] = ((unsigned long long)ev << 48) | ((unsigned long long)smid << 32) | (unsigned int)m_block;
+    ++k;
+}"""
+
+
+def _ev(line: int, sha: str, ev: int, what: str) -> Edit:
+    return Edit(_ML, line, sha, "insert_after", f"            kb_trace_record(kb_k, {ev}, work_idx, m_block);  // kb: {what}",
+                f"trace event {ev}: {what}")
+
+
+# Events of the steady-state loop of CollectiveMainloopFwd::mma (the non-causal loop; lines at 3669b25).
+TRACE_EVENTS = {0: "iteration start", 1: "K tile ready (consumer_wait on K returned)",
+                2: "issue turn (warp_scheduler_barrier_sync returned)", 3: "QK and PV issued (scheduler arrive done)",
+                4: "S ready (warpgroup_wait<1> returned)", 5: "softmax done (online_softmax returned)",
+                6: "PV done (warpgroup_wait<0> returned)"}
+TRACE = (
+    Edit(_ML, 20, "46ce993853e784fef4405cc46a0fad6088de14649d0ec2e994d9cb332ea13fdf", "insert_after", _TRACE_HELPERS,
+         "the trace buffer and the recording helper, inside namespace flash"),
+    Edit(_ML, 676, "5380611f860185c68da82091b2a6d811a2c21ab4ee943981820003e32202f930", "insert_after",
+         "        int kb_k = 0;  // kb: events this warpgroup recorded in this work tile", "the event counter of mma()"),
+    _ev(760, "951406e908537923907bf92ce2a51a8fd7ebd3d45551a69775326f21abaa4a69", 0, TRACE_EVENTS[0]),
+    _ev(762, "2835f9364a5508b822721c5cb5954a544207c4d4824eb17b235e3338f6128d66", 1, TRACE_EVENTS[1]),
+    _ev(763, "0ab0d7c14b47c22e6166273477316e422057dbb67268899d12483d14b88db203", 2, TRACE_EVENTS[2]),
+    _ev(768, "904f87a13e543ad56ee51154fba0addd115f4e8c1e600294de4932c99b775652", 3, TRACE_EVENTS[3]),
+    _ev(769, "854b9b103b65aec63dd213c5621b2ef5d739689978e206110de616148046f965", 4, TRACE_EVENTS[4]),
+    _ev(773, "8fe789524549aacd76c81a5f612f2faff9fd7c74fb967cc285865d24d60db2b5", 5, TRACE_EVENTS[5]),
+    _ev(774, "2f218d49205458df9817a1d909ba18fdee23202bd047ef92913bc07db91ae75f", 6, TRACE_EVENTS[6]),
+    Edit("hopper/flash_fwd_hdim128_fp16_sm90.cu", 9, "d10b36aa74a59bcf4a88185837f658afaf3646eff2bb16c3928d0e9335e945d2",
+         "insert_after", """
+// kb trace instrumentation: this unit's trace buffer (0 on success).
+extern "C" int kb_trace_set(void* buf, int ctas, int tiles, int events) {
+    if (cudaMemcpyToSymbol(flash::kb_trace_buf, &buf, sizeof(buf)) != cudaSuccess) { return 1; }
+    if (cudaMemcpyToSymbol(flash::kb_trace_ctas, &ctas, sizeof(int)) != cudaSuccess) { return 4; }
+    if (cudaMemcpyToSymbol(flash::kb_trace_tiles, &tiles, sizeof(int)) != cudaSuccess) { return 2; }
+    if (cudaMemcpyToSymbol(flash::kb_trace_events, &events, sizeof(int)) != cudaSuccess) { return 3; }
+    return 0;
+}""", "the host setter of the trace buffer, in the one unit whose kernels are traced"),
+)
+
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant(
-        name="fa3-2024-08-nosched", base="fa3-2024-08",
-        about="FA3 hopper/ at 3669b25 without the warp-scheduler barrier (no pingpong between the two consumer "
-              "warpgroups) for 16-bit types; FP8 units keep the pinned rule",
-        edits=(Edit(
-            path="hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp",
-            old="                                             : kHeadDim <= 128;",
-            new="                                             : false;  // kb variant: no warp-scheduler barrier",
-            why="UseSchedulerBarrier decides whether warp_scheduler_barrier_sync/arrive and mma_init's initial "
-                "arrives compile in; false for 16-bit types removes the inter-warpgroup pingpong and nothing else"),),
-        sha="56f70f7eedac74f5ec07fc888ef2cec028dbbdd2"),
+    Variant(name="fa3-2024-08-nosched", base="fa3-2024-08", edits=NOSCHED,
+            about="FA3 hopper/ at 3669b25 without the warp-scheduler barrier (no pingpong between the two consumer "
+                  "warpgroups) for 16-bit types; FP8 units keep the pinned rule",
+            sha="be975fe6014d2de645401a76bc541f16499d5ad5"),
+    Variant(name="fa3-2024-08-trace", base="fa3-2024-08", edits=TRACE,
+            about="FA3 hopper/ at 3669b25 with kb's trace records in the forward mainloop's steady-state loop "
+                  "(fp16 d128 unit's buffer); otherwise the pin",
+            sha="f430850b8b8f2629b79bf6b392581cd7593e2ea9"),
+    Variant(name="fa3-2024-08-nosched-trace", base="fa3-2024-08", edits=NOSCHED + TRACE,
+            about="the two above together: the trace of a forward without the warp-scheduler barrier",
+            sha="fb5247fe2c7d5c360f3301697a8057f074a334d6"),
 )}
 
 # Fixed identity and dates: the derived commit's SHA depends only on the base tree and the edits.
@@ -115,14 +185,18 @@ def _repo(clone: str) -> Path:
 
 
 def apply_edits(text: str, edits: list[Edit], path: str) -> str:
-    """`text` with each edit of `path` applied; ValueError when an edit's old text does not occur exactly once."""
-    for e in edits:
-        n = text.count(e.old)
-        if n != 1:
-            raise ValueError(f"{path}: the edit's old text occurs {n} times at the base commit (must be once): "
-                             f"{e.old.strip()[:80]!r}")
-        text = text.replace(e.old, e.new)
-    return text
+    """`text` with each edit of `path` applied, from the last line up; ValueError naming the edit whose line is
+    missing or whose text does not hash as recorded (the base changed, or the edit is wrong)."""
+    lines = text.split("\n")
+    for e in sorted(edits, key=lambda e: e.line, reverse=True):
+        if not 1 <= e.line <= len(lines):
+            raise ValueError(f"{path}:{e.line}: no such line at the base commit ({len(lines)} lines)")
+        got = hashlib.sha256(lines[e.line - 1].encode()).hexdigest()
+        if got != e.sha256:
+            raise ValueError(f"{path}:{e.line}: the line hashes {got[:16]}, not the recorded {e.sha256[:16]} ({e.why})")
+        new = e.text.split("\n")
+        lines[e.line - 1:e.line] = new if e.action == "replace" else [lines[e.line - 1], *new]
+    return "\n".join(lines)
 
 
 def _replace_in_tree(repo: Path, tree: str, parts: list[str], blob: str) -> str:
@@ -183,8 +257,8 @@ def build(name: str, jobs: int = 2, log: Any = print) -> Path:
     base = pinned_build.revision(v.base)
     manifest["pinned_sources"] = f"the pin {v.base} ({base.sha}) with kb's edits (variant {v.name}); nothing else changed"
     manifest["variant"] = {"name": v.name, "base": v.base, "base_sha": base.sha, "derived_sha": v.sha, "about": v.about,
-                           "edits": [{"path": e.path, "old_sha256": hashlib.sha256(e.old.encode()).hexdigest(),
-                                      "new": e.new, "why": e.why} for e in v.edits]}
+                           "edits": [{"path": e.path, "line": e.line, "line_sha256": e.sha256, "action": e.action,
+                                      "text": e.text, "why": e.why} for e in v.edits]}
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     os.replace(tmp, out / "manifest.json")
