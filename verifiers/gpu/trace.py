@@ -121,24 +121,24 @@ def analyse(tiles: dict[tuple[int, int], list[list[tuple[int, int]]]], skip: int
 
 def decode(raw: Any, ctas: int, tiles: int, events: int) -> tuple[dict[tuple[int, int], list[list[tuple[int, int]]]],
                                                                   set[int]]:
-    """The buffer (int64, ctas x 2 x tiles x events x 2) as {(cta, tile): [records of warpgroup 0, 1]} and SMs."""
-    arr = raw.reshape(ctas, 2, tiles, events, 2).tolist()
+    """The buffer (int64 numpy, ctas x 2 x tiles x events x 2) as {(cta, tile): [records of warpgroup 0, 1]}
+    and the SMs seen. A warpgroup's records of a tile run up to its first empty slot."""
+    import numpy as np
+
+    arr = raw.reshape(ctas, 2, tiles, events, 2)
+    used = arr[:, :, :, 0, 0] != 0  # (cta, wg, tile): the tile has a first record
     out: dict[tuple[int, int], list[list[tuple[int, int]]]] = {}
     sms: set[int] = set()
-    for c in range(ctas):
-        for t in range(tiles):
-            recs = []
-            for wg in (0, 1):
-                r = []
-                for clk, info in arr[c][wg][t]:
-                    if clk == 0:
-                        break
-                    info &= (1 << 64) - 1
-                    r.append((clk, info >> 48))
-                    sms.add((info >> 32) & 0xFFFF)
-                recs.append(r)
-            if recs[0] and recs[1]:
-                out[(c, t)] = recs
+    for c, t in zip(*np.nonzero(used[:, 0, :] & used[:, 1, :]), strict=True):
+        recs = []
+        for wg in (0, 1):
+            rows = arr[c, wg, t]
+            empty = np.nonzero(rows[:, 0] == 0)[0]
+            rows = rows[: int(empty[0]) if len(empty) else events]
+            info = rows[:, 1].astype(np.uint64)
+            recs.append(list(zip(rows[:, 0].tolist(), (info >> np.uint64(48)).astype(np.int64).tolist(), strict=True)))
+            sms.update(((info >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64).tolist())
+        out[(int(c), int(t))] = recs
     return out, sms
 
 
