@@ -212,7 +212,8 @@ def _replace_in_tree(repo: Path, tree: str, parts: list[str], blob: str) -> str:
         out.append(f"{mode} {kind} {sha}\t{name}")
     if not found:
         raise FileNotFoundError(f"{'/'.join(parts)} is not in tree {tree[:12]}")
-    return _git(repo, "mktree", data=("\n".join(out) + "\n").encode())
+    # --missing: a GPU host holds only the blobs the builds read (scripts/stage-pinned.sh packs), not the rest
+    return _git(repo, "mktree", "--missing", data=("\n".join(out) + "\n").encode())
 
 
 def derive(v: Variant, clone: str) -> str:
