@@ -67,11 +67,12 @@ def test_pinned_checks_are_planned_for_sm90_only() -> None:
     assert requirements_for(spec, {"impl": "sdpa-flash"}).max_cc is None
     assert requirements_for(spec, {"impl": "fa2-v2.0.0", "max_cc": 100}).max_cc == 100  # a check may widen it
     from verifiers.gpu.params import PINNED_IMPLS
-    from verifiers.pinned import larged
+    from verifiers.pinned import larged, variants
 
     # Every pinned impl has a build, and no build is unused: the large-d pin's build is driven by gpu.larged-*
-    # (its own entry, kb_larged_fwd, takes head_dim_v), not as an attention impl.
-    assert set(PINNED_IMPLS) == set(pinned_build.REVISIONS) - {larged.NAME}
+    # (its own entry, kb_larged_fwd, takes head_dim_v), kb's variants by gpu.variant-benchmark and
+    # gpu.mainloop-trace, not as attention impls.
+    assert set(PINNED_IMPLS) == set(pinned_build.REVISIONS) - {larged.NAME} - set(variants.VARIANTS)
 
 
 def test_missing_build_is_a_skip_reason_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
