@@ -108,3 +108,19 @@ def commit_files(repo: Path, files: dict[str, str], message: str = "commit", env
     git(repo, "add", ".")
     git(repo, "-c", "user.email=t@t", "-c", "user.name=Ann Author", "commit", "-qm", message, env=env)
     return git(repo, "rev-parse", "HEAD")
+
+
+def superproject_with_submodule(project: Path, tmp_path: Path, files: dict[str, str],
+                                sub_files: dict[str, str]) -> tuple[Path, str, str]:
+    """A repository `up` whose tree records `third/sub` as a submodule gitlink to a second repository `sub`, as
+    a superproject does, registered in `project` as sources `testrepo` and `sub`; returns (up, sha, sub_sha)."""
+    sub_sha = commit_files(tmp_path / "sub", sub_files, "sub")
+    up = tmp_path / "up"
+    commit_files(up, files, "one")
+    git(up, "update-index", "--add", "--cacheinfo", f"160000,{sub_sha},third/sub")
+    git(up, "-c", "user.email=t@t", "-c", "user.name=T", "commit", "-qm", "submodule")
+    sha = git(up, "rev-parse", "HEAD")
+    (project / "sources" / "testrepo.yaml").write_text(
+        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n"
+        f"  - id: sub\n    kind: repo\n    url: https://example.invalid/sub\n    pins:\n      main: {sub_sha}\n")
+    return up, sha, sub_sha

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb.verify.hw import find_tool
-from tests.conftest import claim, commit_files, git, kb_subprocess, trusting, write_claims
+from tests.conftest import claim, kb_subprocess, superproject_with_submodule, trusting, write_claims
 from verifiers.pinned.partition import summarise
 
 pytest.importorskip("torch", reason="the worker imports torch-free verifiers, but kb verify tests share this gate")
@@ -62,16 +62,8 @@ HALVES = {"threads": {"equals": 256}, "wg0_row_min": {"equals": 0}, "wg0_row_max
 def test_partition_supports_the_halves_and_refutes_the_interleaved_layout(project: Path, tmp_path: Path) -> None:
     if find_tool("nvcc") is None:
         pytest.skip("needs nvcc")
-    sub = tmp_path / "sub"
-    sub_sha = commit_files(sub, {"include/cute/tensor.hpp": TOY_CUTE}, "toy cute")
-    up = tmp_path / "up"
-    commit_files(up, {"src/traits.h": TRAITS}, "one")
-    git(up, "update-index", "--add", "--cacheinfo", f"160000,{sub_sha},third/sub")
-    git(up, "-c", "user.email=t@t", "-c", "user.name=T", "commit", "-qm", "submodule")
-    sha = git(up, "rev-parse", "HEAD")
-    (project / "sources" / "testrepo.yaml").write_text(
-        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n"
-        f"  - id: sub\n    kind: repo\n    url: https://example.invalid/sub\n    pins:\n      main: {sub_sha}\n")
+    up, sha, _ = superproject_with_submodule(project, tmp_path, {"src/traits.h": TRAITS},
+                                             {"include/cute/tensor.hpp": TOY_CUTE})
     note = claim("x")["anchors"][0]
     anchor = {"source": "testrepo", "sha": sha, "path": "src/traits.h"}
     base = {"anchor": 1, "include": ["src/traits.h"], "submodules": {"third/sub": ["include"]},
@@ -86,7 +78,7 @@ def test_partition_supports_the_halves_and_refutes_the_interleaved_layout(projec
         c("test.part.mutated", "T::TiledMmaMixed", HALVES),  # the mutated structure: same expectation
         c("test.part.neg", "T::TiledMma1", {**HALVES, "wg1_row_min": {"equals": 0}}),
     ])
-    env = trusting("testrepo", sha, KB_CLONE_TESTREPO=str(up), KB_CLONE_SUB=str(sub),
+    env = trusting("testrepo", sha, KB_CLONE_TESTREPO=str(up), KB_CLONE_SUB=str(tmp_path / "sub"),
                    KB_BUILD_CACHE=str(tmp_path / "build"))
     res = kb_subprocess(project, "verify", "--json", env=env)
     assert res.stdout, res.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kb.verify.hw import find_tool
-from tests.conftest import claim, commit_files, git, kb_subprocess, trusting, write_claims
+from tests.conftest import claim, commit_files, git, kb_subprocess, superproject_with_submodule, trusting, write_claims
 
 pytest.importorskip("torch", reason="the worker imports torch-free verifiers, but kb verify tests share this gate")
 
@@ -42,18 +42,8 @@ struct Traits {
 
 
 def _project_with(project: Path, tmp_path: Path) -> tuple[Path, str, str]:
-    sub = tmp_path / "sub"
-    sub_sha = commit_files(sub, {"include/base.h": "#pragma once\nconstexpr int kElemBytes = 2;\n"}, "base")
-    up = tmp_path / "up"
-    sha = commit_files(up, {"src/heur.h": HEUR, "src/traits.h": TRAITS}, "one")
-    # Record `third/sub` as a submodule gitlink at sub_sha, as a superproject does.
-    git(up, "update-index", "--add", "--cacheinfo", f"160000,{sub_sha},third/sub")
-    git(up, "-c", "user.email=t@t", "-c", "user.name=T", "commit", "-qm", "submodule")
-    sha = git(up, "rev-parse", "HEAD")
-    (project / "sources" / "testrepo.yaml").write_text(
-        f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n"
-        f"  - id: sub\n    kind: repo\n    url: https://example.invalid/sub\n    pins:\n      main: {sub_sha}\n")
-    return up, sha, sub_sha
+    return superproject_with_submodule(project, tmp_path, {"src/heur.h": HEUR, "src/traits.h": TRAITS},
+                                       {"include/base.h": "#pragma once\nconstexpr int kElemBytes = 2;\n"})
 
 
 def _claims(sha: str) -> list[dict]:
