@@ -87,3 +87,12 @@ def test_the_recorded_fa3_variant_derives_from_the_pin_here() -> None:
         pytest.skip(str(e))
     v = variants.variant("fa3-2024-08-nosched")
     assert variants.derive(v, clone) == v.sha
+
+
+def test_a_missing_build_is_reported_with_the_command_that_makes_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_BUILD_CACHE", str(tmp_path / "empty"))
+    why = variants.unavailable("fa3-2024-08-trace", "fa3-2024-08")
+    assert why and "python -m verifiers.pinned.variants fa3-2024-08-trace" in why
+    why = variants.unavailable("fa3-2024-08")
+    assert why and "python -m verifiers.pinned.build --rev fa3-2024-08" in why and "variants" not in why

@@ -24,6 +24,14 @@ def available(impl: str) -> str | None:
     return None
 
 
+def as_impl(name: str, causal: bool, head_dim: int) -> Any:
+    """The parameters forward() reads, for a build that is not one of AttnParams' impls (kb's variants)."""
+    import types
+
+    return types.SimpleNamespace(impl=name, causal=causal, dropout_p=0.0, head_dim=head_dim, seed=0, philox_offset=0,
+                                 num_splits=0, deterministic=False)
+
+
 def _args(p: Any, x: dict[str, Any], phase: int) -> tuple[Any, pinned_build.KbAttnArgs]:
     import torch
 

@@ -145,18 +145,14 @@ def decode(raw: Any, ctas: int, tiles: int, events: int) -> tuple[dict[tuple[int
 @verifier("gpu.mainloop-trace", kind="gpu-profile", params=TraceParams, requires=GPU, timeout_s=600)
 def mainloop_trace(p: TraceParams, ctx: Context) -> Outcome:
     """Run kb's traced FA3 fp16 d128 forward once and measure its warpgroups' schedule from the records."""
-    import types
-
     import torch
 
     from verifiers.gpu import pinned as gp
     from verifiers.pinned import build as pinned_build
     from verifiers.pinned import variants
 
-    for name in (p.variant, "fa3-2024-08"):
-        if why := gp.available(name):
-            return Outcome(verdict="skipped", reason=why.replace(
-                f"python -m verifiers.pinned.build --rev {name}", f"python -m verifiers.pinned.variants {name}"))
+    if why := variants.unavailable(p.variant, "fa3-2024-08"):
+        return Outcome(verdict="skipped", reason=why)
     lib = pinned_build.load(p.variant).lib
     lib.kb_trace_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.kb_trace_set.restype = ctypes.c_int
@@ -167,8 +163,7 @@ def mainloop_trace(p: TraceParams, ctx: Context) -> Outcome:
     x = {n: torch.randn(shape, device="cuda", dtype=torch.float16, generator=gen) for n in "qkv"}
 
     def ns(impl: str) -> Any:
-        return types.SimpleNamespace(impl=impl, causal=False, dropout_p=0.0, head_dim=128, seed=0, philox_offset=0,
-                                     num_splits=0, deterministic=False)
+        return gp.as_impl(impl, False, 128)
 
     def timed(impl: str) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -19,7 +19,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import types
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -76,10 +75,8 @@ def variant_benchmark(p: VariantParams, ctx: Context) -> Outcome:
     from verifiers.pinned import build as pinned_build
     from verifiers.pinned import variants
 
-    for name in (p.base, p.variant):
-        if why := gp.available(name):
-            return Outcome(verdict="skipped", reason=why.replace(
-                f"python -m verifiers.pinned.build --rev {p.variant}", f"python -m verifiers.pinned.variants {p.variant}"))
+    if why := variants.unavailable(p.base, p.variant):
+        return Outcome(verdict="skipped", reason=why)
     bars = {n: _bar_count(str(pinned_build.load(n).path / "libkb.so")) for n in (p.base, p.variant)}
     if None not in bars.values() and bars[p.base] == bars[p.variant]:
         raise RuntimeError(f"the variant's SASS has as many named-barrier instructions as the base's ({bars[p.base]}): "
@@ -88,8 +85,7 @@ def variant_benchmark(p: VariantParams, ctx: Context) -> Outcome:
     gen = torch.Generator(device="cuda").manual_seed(p.seed)
     shape = (p.batch, p.seqlen, p.heads, p.head_dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
-    impls = {n: types.SimpleNamespace(impl=n, causal=p.causal, dropout_p=0.0, head_dim=p.head_dim, seed=0,
-                                      philox_offset=0, num_splits=0, deterministic=False) for n in (p.base, p.variant)}
+    impls = {n: gp.as_impl(n, p.causal, p.head_dim) for n in (p.base, p.variant)}
     x = {"q": q, "k": k, "v": v}
 
     def run(name: str) -> Any:

@@ -225,9 +225,11 @@ def derive(v: Variant, clone: str) -> str:
     for e in v.edits:
         by_path.setdefault(e.path, []).append(e)
     for path, edits in sorted(by_path.items()):
-        # the exact bytes (_git strips its output)
-        raw = subprocess.run(["git", f"--git-dir={repo}", "cat-file", "blob", f"{base.sha}:{path}"],
-                             capture_output=True, check=True, timeout=60).stdout.decode()
+        res = subprocess.run(["git", f"--git-dir={repo}", "cat-file", "blob", f"{base.sha}:{path}"],
+                             capture_output=True, timeout=60)  # the exact bytes (_git strips its output)
+        if res.returncode != 0:
+            raise FileNotFoundError(f"{path} at {base.sha[:12]}: {res.stderr.decode(errors='replace').strip()[:200]}")
+        raw = res.stdout.decode()
         blob = _git(repo, "hash-object", "-w", "--stdin", data=apply_edits(raw, edits, path).encode())
         tree = _replace_in_tree(repo, tree, path.split("/"), blob)
     message = f"kb variant {v.name} of {v.base} ({base.sha})\n\n" + "".join(
@@ -264,6 +266,20 @@ def build(name: str, jobs: int = 2, log: Any = print) -> Path:
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     os.replace(tmp, out / "manifest.json")
     return out
+
+
+def unavailable(*names: str) -> str | None:
+    """None when every named build (a pin or a variant) loads here, else why not; for a variant, the reason names
+    the command that builds it (build.load's own hint names build.py's, which does not know variants)."""
+    for name in names:
+        try:
+            pinned_build.load(name)
+        except (FileNotFoundError, RuntimeError, OSError, KeyError) as e:
+            why = str(e)
+            if name in VARIANTS:
+                why = why.replace(f"python -m verifiers.pinned.build --rev {name}", f"python -m verifiers.pinned.variants {name}")
+            return why
+    return None
 
 
 def provenance(name: str) -> dict[str, Any]:
