@@ -234,7 +234,9 @@ ROLES: dict[str, tuple[str, ...]] = {
     "smem_st_bytes": ("smsp__sass_data_bytes_mem_shared_op_st.sum", "sm__sass_data_bytes_mem_shared_op_st.sum"),
     # stmatrix (STSM) is not in the SASS data-byte counters (measured on an H100: 0 bytes for the d128 forward,
     # whose epilogue stores O with STSM only), so its warp-level instructions are counted on their own.
-    "stsm_inst": ("smsp__sass_inst_executed_op_stsm.sum", "smsp__inst_executed_op_stsm.sum"),
+    # Names as ncu 2025.3.1 lists them on the H100 (`ncu --query-metrics`, 2026-12-08): "op_shared_stsm".
+    "stsm_inst": ("smsp__sass_inst_executed_op_shared_stsm.sum", "smsp__inst_executed_op_shared_stsm.sum",
+                  "sm__sass_inst_executed_op_shared_stsm.sum"),
     "barrier_stall_per_issue": ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
                                 "smsp__average_warp_latency_issue_stalled_barrier.ratio"),
 }

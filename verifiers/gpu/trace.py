@@ -10,7 +10,10 @@ every traced work tile (the first `skip` iterations of each dropped):
 
 - `issue_alternation`: of consecutive issue turns (event 2) of the two consumer warpgroups of one CTA and
   tile, in clock order, the share taken by the other warpgroup than the previous one (1: strict
-  alternation);
+  alternation). It does not tell the pingpong schedule apart: on the H100 the build without the
+  warp-scheduler barrier (fa3-2024-08-nosched-trace) alternated at or above 0.95 too, because both
+  warpgroups consume the same two-stage K/V pipeline and neither can run an iteration ahead; the
+  schedule shows in `softmax_concurrent` (below);
 - `softmax_under_other_mma`: the share of each warpgroup's softmax time (S ready to softmax done) during
   which the other warpgroup of its CTA is inside its matrix phase (issue turn to PV done);
 - `softmax_concurrent`: the share of softmax time during which the other warpgroup is in its softmax too
