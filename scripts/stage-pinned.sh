@@ -14,7 +14,8 @@
 #                                      (python -m verifiers.pinned.build, 6 jobs each; ~5 min on 16 cores),
 #                                      FA1 with its packed-entry library (python -m verifiers.pinned.varlen);
 #                                      REVS="fa1-v1.0.9 probes" builds only those; a variant's name
-#                                      (verifiers/pinned/variants.py, e.g. fa3-2024-08-nosched) derives and builds it.
+#                                      (verifiers/pinned/variants.py, e.g. fa3-2024-08-nosched, or
+#                                      verifiers/pinned/owners.py's fa3-2024-08-owner) derives and builds it.
 #
 # `git archive SHA -- PATH` of a path inside the pack gives the same bytes as the full clone, and the gitlink
 # entries (the cutlass submodule commits) are part of the csrc/ trees. Pins come from verifiers/pinned/build.py
@@ -102,6 +103,9 @@ EOF
     elif [ "$rev" = fa3-larged-2026-08 ]; then
       # Registered outside build.py's table (verifiers/pinned/larged.py): its own entry point builds it.
       "$py" -m verifiers.pinned.larged -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
+    elif [ "$rev" = fa3-2024-08-owner ]; then
+      # Registered outside variants.py's table (verifiers/pinned/owners.py): its own entry point builds it.
+      "$py" -m verifiers.pinned.owners -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
     elif "$py" -c 'import sys; from verifiers.pinned.variants import VARIANTS; sys.exit(sys.argv[1] not in VARIANTS)' "$rev"; then
       # kb's variant of a pin (verifiers/pinned/variants.py): derived from the base's objects here, then built.
       "$py" -m verifiers.pinned.variants "$rev" -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)

@@ -26,7 +26,7 @@ from kb.export.site.data import SiteData, fmt_expect, fmt_value
 KINDS = ("gpu.benchmark", "gpu.probe", "gpu.ncu-metrics", "gpu.ncu-counters", "gpu.atomic-contention",
          "gpu.carveout-residency", "gpu.kernel-run", "gpu.bitwise-repeat", "gpu.scratch-repeat", "gpu.toolkit-bits",
          "gpu.prefix-plans", "gpu.varlen-rows", "gpu.varlen-balance", "gpu.larged-fwd", "gpu.larged-profile",
-         "gpu.variant-benchmark", "gpu.mainloop-trace", "gpu.device-props")
+         "gpu.variant-benchmark", "gpu.mainloop-trace", "gpu.tile-owners", "gpu.device-props")
 PINNED_IMPLS = ("fa1-v1.0.9", "fa2-v2.0.0", "fa3-2024-08")
 _ATTN_DEFAULTS = {"impl": "sdpa-flash", "batch": 2, "heads": 16, "seqlen_q": 1024, "head_dim": 128, "dtype": "bfloat16"}
 _PHASE_DEFAULT = {"gpu.benchmark": "forward", "gpu.ncu-metrics": "forward", "gpu.ncu-counters": "forward",
@@ -89,9 +89,10 @@ def _implementation(check: dict[str, Any], run: dict[str, Any]) -> tuple[str, st
         return f"{base} vs kb variant {p.get('variant')}", f"flash-attention {base} @ {sha[:12]}" if sha else base
     if check["verifier"] == "gpu.device-props":
         return "the card itself", str(env.get("device_name") or "?")
-    if check["verifier"] == "gpu.mainloop-trace":
+    if check["verifier"] in ("gpu.mainloop-trace", "gpu.tile-owners"):
         sha = str((env.get("pin_build") or {}).get("source_sha") or "")
-        return f"kb variant {p.get('variant', 'fa3-2024-08-trace')}", f"flash-attention fa3-2024-08 @ {sha[:12]}"
+        default = "fa3-2024-08-trace" if check["verifier"] == "gpu.mainloop-trace" else "fa3-2024-08-owner"
+        return f"kb variant {p.get('variant', default)}", f"flash-attention fa3-2024-08 @ {sha[:12]}"
     if impl in PINNED_IMPLS:
         build = env.get("pinned_build") or {}
         sha = str(build.get("source_sha") or "")
@@ -130,7 +131,7 @@ def _shape(check: dict[str, Any]) -> str:
         return f"B {d['batch']} · H {d['heads']} · N {d['seqlen']} · d {d['head_dim']}"
     if check["verifier"] == "gpu.device-props":
         return "—"
-    if check["verifier"] == "gpu.mainloop-trace":
+    if check["verifier"] in ("gpu.mainloop-trace", "gpu.tile-owners"):
         d = {"batch": 2, "heads": 16, "seqlen": 8192, **p}
         return f"B {d['batch']} · H {d['heads']} · N {d['seqlen']} · d 128"
     d = {**_ATTN_DEFAULTS, **p}
