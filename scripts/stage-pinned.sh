@@ -103,10 +103,7 @@ EOF
     elif [ "$rev" = fa3-larged-2026-08 ]; then
       # Registered outside build.py's table (verifiers/pinned/larged.py): its own entry point builds it.
       "$py" -m verifiers.pinned.larged -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
-    elif [ "$rev" = fa3-2024-08-owner ]; then
-      # Registered outside variants.py's table (verifiers/pinned/owners.py): its own entry point builds it.
-      "$py" -m verifiers.pinned.owners -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
-    elif "$py" -c 'import sys; from verifiers.pinned.variants import VARIANTS; sys.exit(sys.argv[1] not in VARIANTS)' "$rev"; then
+    elif "$py" -c 'import sys; import verifiers.pinned.owners; from verifiers.pinned.variants import VARIANTS; sys.exit(sys.argv[1] not in VARIANTS)' "$rev"; then
       # kb's variant of a pin (verifiers/pinned/variants.py): derived from the base's objects here, then built.
       "$py" -m verifiers.pinned.variants "$rev" -j 6 > "/tmp/build-$rev.log" 2>&1 & pids+=($!)
     else

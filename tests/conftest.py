@@ -124,3 +124,52 @@ def superproject_with_submodule(project: Path, tmp_path: Path, files: dict[str, 
         f"sources:\n  - id: testrepo\n    kind: repo\n    url: https://example.invalid/up\n    pins:\n      main: {sha}\n"
         f"  - id: sub\n    kind: repo\n    url: https://example.invalid/sub\n    pins:\n      main: {sub_sha}\n")
     return up, sha, sub_sha
+
+
+def variant_kernel_sass(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """kb's variant `name` of the FA3 pin, derived here and its fp16 d128 forward unit compiled for the pin's
+    target (about a minute on 2 cores): (the object, the SASS of the kernel the paper's shape runs: non-causal,
+    cluster 2, static persistent scheduler). Skips without nvcc, cuobjdump or the clones (kb.local.toml)."""
+    import re
+    import tarfile
+    from io import BytesIO
+
+    from kb.verify.hw import find_tool
+    from verifiers.pinned import build as pinned_build
+    from verifiers.pinned import (
+        owners,  # noqa: F401  (registers its variant)
+        variants,
+    )
+    from verifiers.pinned.compiled import gitlink
+
+    nvcc, cuobjdump = find_tool("nvcc"), find_tool("cuobjdump")
+    if not nvcc or not cuobjdump:
+        pytest.skip("needs nvcc and cuobjdump")
+    try:
+        clone, cut = pinned_build.pinned_clones()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    v = variants.variant(name)
+    rev = pinned_build.revision(v.name)
+    monkeypatch.setenv("KB_BUILD_CACHE", str(tmp_path / "build"))
+    assert variants.derive(v, clone) == v.sha
+    repo = variants._repo(clone)
+    src, cut_src = tmp_path / "src", tmp_path / "cut"
+    cut_commit = gitlink(str(repo), v.sha, rev.cutlass_path)
+    for git_dir, sha, dirs, dest in ((repo, v.sha, ["hopper"], src), (Path(cut), cut_commit, list(rev.cutlass_dirs), cut_src)):
+        gd = git_dir / ".git" if (git_dir / ".git").exists() else git_dir
+        data = subprocess.run(["git", f"--git-dir={gd}", "archive", sha, "--", *dirs], capture_output=True,
+                              check=True).stdout
+        with tarfile.open(fileobj=BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+    obj = tmp_path / "unit.o"
+    flags = [f for f in rev.flags if not f.startswith("--ptxas-options")]
+    subprocess.run([nvcc, "-gencode", rev.gencode, *flags, f"-I{src / 'hopper'}",
+                    *[f"-I{cut_src / d}" for d in rev.cutlass_dirs], "-c", str(src / "hopper" / rev.units["fwd:fp16:128"]),
+                    "-o", str(obj)], check=True, capture_output=True, timeout=900)
+    sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+    funcs = re.split(r"\n\s+Function : ", sass)
+    # non-causal (Is_causal false: ...ELb0ENS_29StaticPersistent...), cluster 2 (the 7th traits argument)
+    kernel = next(f for f in funcs if "Li176ELi12ELi2ELb0ELi2E" in f.split("\n")[0]
+                  and "StaticPersistentTileScheduler" in f.split("\n")[0])
+    return obj, kernel

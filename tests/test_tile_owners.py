@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kb.verify.hw import find_tool
+from tests.conftest import variant_kernel_sass
 from verifiers.gpu.owners import OwnerParams, analyse, decode
-from verifiers.pinned import build as pinned_build
-from verifiers.pinned import owners, variants
-from verifiers.pinned.compiled import gitlink
+from verifiers.pinned import owners
 
 P = OwnerParams(batch=1, heads=2, seqlen=512, block_m=128, block_n=176)  # 8 Q tiles, 3 K/V blocks each
 
@@ -60,36 +56,9 @@ def test_no_record_is_an_error() -> None:
 
 def test_owner_record_reaches_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiles the owner variant's fp16 d128 unit (about a minute on 2 cores): the non-causal, cluster-2 kernel
-    the check runs reads %smid once (the record's) and the unit exports the buffer's setter."""
-    nvcc, cuobjdump = find_tool("nvcc"), find_tool("cuobjdump")
-    if not nvcc or not cuobjdump:
-        pytest.skip("needs nvcc and cuobjdump")
-    try:
-        clone, cut = pinned_build.pinned_clones()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    rev = pinned_build.revision(owners.NAME)
-    monkeypatch.setenv("KB_BUILD_CACHE", str(tmp_path / "build"))
-    assert variants.derive(owners.VARIANT, clone) == owners.VARIANT.sha
-    repo = variants._repo(clone)
-    src, cut_src = tmp_path / "src", tmp_path / "cut"
-    cut_commit = gitlink(str(repo), owners.VARIANT.sha, rev.cutlass_path)
-    for git_dir, sha, dirs, dest in ((repo, owners.VARIANT.sha, ["hopper"], src),
-                                     (Path(cut), cut_commit, list(rev.cutlass_dirs), cut_src)):
-        gd = git_dir / ".git" if (git_dir / ".git").exists() else git_dir
-        data = subprocess.run(["git", f"--git-dir={gd}", "archive", sha, "--", *dirs], capture_output=True,
-                              check=True).stdout
-        with tarfile.open(fileobj=BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")
-    obj = tmp_path / "unit.o"
-    flags = [f for f in rev.flags if not f.startswith("--ptxas-options")]
-    subprocess.run([nvcc, "-gencode", rev.gencode, *flags, f"-I{src / 'hopper'}",
-                    *[f"-I{cut_src / d}" for d in rev.cutlass_dirs], "-c", str(src / "hopper" / rev.units["fwd:fp16:128"]),
-                    "-o", str(obj)], check=True, capture_output=True, timeout=900)
+    the check runs reads %smid once (the record; the pin's kernels read it nowhere, seen 2026-12-08) and the unit
+    exports the buffer's setter."""
+    obj, kernel = variant_kernel_sass(owners.NAME, tmp_path, monkeypatch)
     assert "kb_owner_set" in subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([cuobjdump, "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
-    funcs = re.split(r"\n\s+Function : ", sass)
-    kernel = next(f for f in funcs if "Li176ELi12ELi2ELb0ELi2E" in f.split("\n")[0]
-                  and "StaticPersistentTileScheduler" in f.split("\n")[0])
     # %smid compiles to a read of SR_VIRTUALSMID into a uniform register (nvcc 13.0, sm_90a): once per kernel
     assert len(re.findall(r"S2U?R U?R\d+, SR_(?:VIRTUAL)?SMID", kernel)) == 1

@@ -8,13 +8,10 @@ tile's coordinates (m_block, head, batch), the number of K/V blocks its mainloop
 
 This module registers the variant with verifiers/pinned/variants.py's table on import (as larged.py registers
 its build), so the older variants' table, and the code hash of every check that reads it, stay as they were.
-`python -m verifiers.pinned.owners [-j N] [--derive-only]` derives and builds it.
+`python -m verifiers.pinned.variants fa3-2024-08-owner [-j N] [--derive-only]` derives and builds it.
 """
 
 from __future__ import annotations
-
-import argparse
-import sys
 
 from verifiers.pinned import build as pinned_build
 from verifiers.pinned import variants
@@ -71,24 +68,3 @@ VARIANT = Variant(name=NAME, base="fa3-2024-08", edits=OWNER,
 variants.VARIANTS.setdefault(NAME, VARIANT)
 pinned_build.REVISIONS.setdefault(NAME, variants._revision(VARIANT))
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: derive and build the owner variant."""
-    ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.owners", description=__doc__.split("\n\n")[0])
-    ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
-    ap.add_argument("--derive-only", action="store_true", help="write the derived commit and print its SHA")
-    args = ap.parse_args(argv)
-    try:
-        if args.derive_only:
-            clone, _ = pinned_build.pinned_clones()
-            print(variants.derive(VARIANT, clone))
-        else:
-            variants.build(NAME, args.jobs)
-    except (KeyError, FileNotFoundError, RuntimeError, ValueError) as e:
-        print(f"{NAME}: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

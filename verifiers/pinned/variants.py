@@ -289,18 +289,23 @@ def provenance(name: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: derive and build one variant."""
+    """Command line: derive and build one variant (this table's, or one a module registers into it)."""
+    # Run as `python -m`, this file is __main__, a second copy of the table; the modules that register variants
+    # of their own (owners.py) write into the package's copy, so the command line reads that one.
+    from verifiers.pinned import owners  # noqa: F401  (registers fa3-2024-08-owner)
+    from verifiers.pinned import variants as table
+
     ap = argparse.ArgumentParser(prog="python -m verifiers.pinned.variants", description=__doc__.split("\n\n")[0])
-    ap.add_argument("name", choices=sorted(VARIANTS))
+    ap.add_argument("name", choices=sorted(table.VARIANTS))
     ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc processes (default 2)")
     ap.add_argument("--derive-only", action="store_true", help="write the derived commit and print its SHA")
     args = ap.parse_args(argv)
     try:
         if args.derive_only:
             clone, _ = pinned_build.pinned_clones()
-            print(derive(variant(args.name), clone))
+            print(table.derive(table.variant(args.name), clone))
         else:
-            build(args.name, args.jobs)
+            table.build(args.name, args.jobs)
     except (KeyError, FileNotFoundError, RuntimeError, ValueError) as e:
         print(f"{args.name}: {e}", file=sys.stderr)
         return 2
